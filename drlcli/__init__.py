@@ -1,0 +1,3 @@
+"""drl: command-line deep reinforcement learning for MuJoCo robots."""
+
+__version__ = "0.1.0"

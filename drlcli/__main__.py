@@ -1,0 +1,3 @@
+from drlcli.cli import main
+
+main()

@@ -1,0 +1,153 @@
+"""The ``drl`` command line: parse, call one library function, render the result.
+
+Keep this module light: ``drl --help`` must not import torch or ray, so heavy modules are
+imported inside the command bodies.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from drlcli import __version__
+from drlcli.errors import DrlError, NotImplementedYetError
+
+app = typer.Typer(
+    name="drl",
+    help="Deep reinforcement learning for MuJoCo robots: train, play, export, verify.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+stdout = Console()
+stderr = Console(stderr=True)
+_state = {"debug": False}
+
+T = TypeVar("T")
+
+
+def _run(action: Callable[[], T]) -> T:
+    """Run a command body; a DrlError becomes one line on stderr and its exit code."""
+    try:
+        return action()
+    except DrlError as error:
+        if _state["debug"]:
+            traceback.print_exc()
+        message = " ".join(str(error).split())
+        stderr.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+        raise typer.Exit(error.exit_code) from None
+    except KeyboardInterrupt:
+        stderr.print("interrupted")
+        raise typer.Exit(130) from None
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        stdout.print(f"drl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version_callback, is_eager=True, help="Print the version."
+        ),
+    ] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of errors.")] = False,
+) -> None:
+    """Deep reinforcement learning for MuJoCo robots: train, play, export, verify."""
+    _state["debug"] = debug
+
+
+@app.command()
+def train(
+    config_path: Annotated[Path, typer.Argument(metavar="CONFIG", help="YAML training config.")],
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run", help="Validate CONFIG, print it and the topology; start nothing."
+        ),
+    ] = False,
+    address: Annotated[
+        str | None,
+        typer.Option(
+            "--address",
+            envvar="RAY_ADDRESS",
+            help="Ray cluster to join (default: start a local Ray on this machine).",
+        ),
+    ] = None,
+    resume: Annotated[
+        Path | None,
+        typer.Option("--resume", metavar="CKPT", help="Continue training from a checkpoint."),
+    ] = None,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", help="Plain log lines instead of the progress bar.")
+    ] = False,
+) -> None:
+    """Train a policy as CONFIG describes; writes metrics CSV and checkpoints."""
+
+    def body() -> None:
+        from drlcli.config import load_config
+        from drlcli.report import render_dry_run
+
+        config = load_config(config_path)
+        if dry_run:
+            render_dry_run(config, stdout)
+            return
+        from drlcli.runtime.training import train as run_training
+
+        run_training(config, address=address, resume=resume, quiet=quiet, console=stdout)
+
+    _run(body)
+
+
+def _not_yet(command: str, issue: str) -> Callable[[], Any]:
+    def body() -> None:
+        raise NotImplementedYetError(f"'drl {command}' is not implemented yet ({issue})")
+
+    return body
+
+
+@app.command()
+def play(
+    checkpoint: Annotated[Path, typer.Argument(metavar="CKPT", help="Checkpoint to run.")],
+    render: Annotated[bool, typer.Option("--render", help="Open the MuJoCo viewer.")] = False,
+) -> None:
+    """Run a trained policy: print episode returns, show it, or record a video."""
+    _run(_not_yet("play", "planned: load_play_actor, --render, --video"))
+
+
+@app.command()
+def export(
+    checkpoint: Annotated[Path, typer.Argument(metavar="CKPT", help="Checkpoint to export.")],
+    output: Annotated[Path, typer.Argument(metavar="OUT.onnx", help="ONNX file to write.")],
+) -> None:
+    """Export the deterministic policy to ONNX, checked against torch with onnxruntime."""
+    _run(_not_yet("export", "planned: as_export_module to ONNX with a parity gate"))
+
+
+@app.command()
+def verify(
+    checkpoint: Annotated[Path, typer.Argument(metavar="CKPT", help="Checkpoint to audit.")],
+) -> None:
+    """Audit a checkpoint's actor_semantics schema and integrity."""
+    _run(_not_yet("verify", "planned: actor_semantics and integrity audit"))
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app(prog_name="drl")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""Making Gymnasium MuJoCo environments and stepping several of them together.
+
+Only continuous control is supported: a flat ``Box`` observation and a bounded ``Box`` action.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from drlcli.errors import EnvironmentSpecError
+
+
+@dataclass(frozen=True)
+class EnvFacts:
+    """What the rest of drl needs to know about an environment's spaces."""
+
+    env_id: str
+    obs_dim: int
+    action_dim: int
+    action_low: np.ndarray  # [action_dim] float64
+    action_high: np.ndarray  # [action_dim] float64
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.env_id,
+            "observation_shape": [self.obs_dim],
+            "action_low": self.action_low.tolist(),
+            "action_high": self.action_high.tolist(),
+        }
+
+
+def make_env(
+    env_id: str,
+    *,
+    max_episode_steps: int | None = None,
+    render_mode: str | None = None,
+    **kwargs: Any,
+) -> Any:
+    """``gymnasium.make`` with drl's error messages and space checks.
+
+    Raises:
+        EnvironmentSpecError: unknown id, missing dependency, or unsupported spaces.
+    """
+    import gymnasium as gym
+
+    try:
+        env = gym.make(
+            env_id, max_episode_steps=max_episode_steps, render_mode=render_mode, **kwargs
+        )
+    except gym.error.Error as error:
+        raise EnvironmentSpecError(
+            f"env.id: cannot make {env_id!r} ({error}); MuJoCo tasks look like 'Hopper-v5'"
+        ) from error
+    except ImportError as error:
+        raise EnvironmentSpecError(
+            f"env.id: {env_id!r} needs a missing package ({error})"
+        ) from error
+    env_facts(env)
+    return env
+
+
+def env_facts(env: Any) -> EnvFacts:
+    """Check the spaces (flat Box observation, finite Box action) and describe them."""
+    from gymnasium import spaces
+
+    env_id = env.spec.id if env.spec is not None else type(env.unwrapped).__name__
+    obs_space, action_space = env.observation_space, env.action_space
+    if not isinstance(obs_space, spaces.Box) or len(obs_space.shape) != 1:
+        raise EnvironmentSpecError(
+            f"{env_id}: observation space must be a flat Box, got {obs_space}"
+        )
+    if not isinstance(action_space, spaces.Box) or len(action_space.shape) != 1:
+        raise EnvironmentSpecError(f"{env_id}: action space must be a flat Box, got {action_space}")
+    low = np.asarray(action_space.low, dtype=np.float64)
+    high = np.asarray(action_space.high, dtype=np.float64)
+    if not (np.isfinite(low).all() and np.isfinite(high).all() and (low < high).all()):
+        raise EnvironmentSpecError(f"{env_id}: action bounds must be finite with low < high")
+    return EnvFacts(env_id, int(obs_space.shape[0]), int(action_space.shape[0]), low, high)
+
+
+@dataclass
+class StepBatch:
+    """One synchronous step of every environment; arrays are ``[num_envs, ...]``.
+
+    ``final_obs`` is the observation each env returned before its automatic reset (equal to
+    ``next_obs`` where the episode did not end); ``next_obs`` is what the policy sees next.
+    """
+
+    next_obs: np.ndarray
+    final_obs: np.ndarray
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    finished_returns: list[float]
+    finished_lengths: list[int]
+
+
+class EnvBatch:
+    """``num_envs`` independent environments stepped in one loop, with same-step auto-reset.
+
+    A plain loop rather than gymnasium's vector wrappers: it keeps the pre-reset observation for
+    truncation bootstrapping and it tracks episode returns without wrapper overhead.
+    """
+
+    def __init__(
+        self, env_id: str, num_envs: int, seed: int, max_episode_steps: int | None = None
+    ) -> None:
+        self.envs = [make_env(env_id, max_episode_steps=max_episode_steps) for _ in range(num_envs)]
+        self.facts = env_facts(self.envs[0])
+        self.num_envs = num_envs
+        self._episode_returns = np.zeros(num_envs, dtype=np.float64)
+        self._episode_lengths = np.zeros(num_envs, dtype=np.int64)
+        self.obs = np.stack(
+            [env.reset(seed=seed + index)[0] for index, env in enumerate(self.envs)]
+        ).astype(np.float64)
+
+    def step(self, env_actions: np.ndarray) -> StepBatch:
+        """Step every env with its row of ``env_actions`` ``[num_envs, action_dim]``."""
+        next_obs = np.empty_like(self.obs)
+        final_obs = np.empty_like(self.obs)
+        rewards = np.empty(self.num_envs, dtype=np.float64)
+        terminated = np.zeros(self.num_envs, dtype=bool)
+        truncated = np.zeros(self.num_envs, dtype=bool)
+        finished_returns: list[float] = []
+        finished_lengths: list[int] = []
+        for index, env in enumerate(self.envs):
+            obs, reward, term, trunc, _ = env.step(env_actions[index])
+            rewards[index] = reward
+            terminated[index], truncated[index] = term, trunc
+            final_obs[index] = obs
+            self._episode_returns[index] += reward
+            self._episode_lengths[index] += 1
+            if term or trunc:
+                finished_returns.append(float(self._episode_returns[index]))
+                finished_lengths.append(int(self._episode_lengths[index]))
+                self._episode_returns[index] = 0.0
+                self._episode_lengths[index] = 0
+                obs, _ = env.reset()
+            next_obs[index] = obs
+        self.obs = next_obs
+        return StepBatch(
+            next_obs, final_obs, rewards, terminated, truncated, finished_returns, finished_lengths
+        )
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()

@@ -1,0 +1,56 @@
+"""The DrlError family: every failure a user can cause or fix.
+
+The CLI prints ``str(error)`` as one line on stderr, without a traceback, and exits with
+``error.exit_code``: 2 for usage and configuration errors (the command line or the YAML must
+change), 1 for runtime failures.
+"""
+
+from __future__ import annotations
+
+
+class DrlError(Exception):
+    """Base class. Messages say what was wrong and how to fix it."""
+
+    exit_code: int = 1
+
+
+class UsageError(DrlError):
+    """The command line asks for something impossible or unsupported."""
+
+    exit_code = 2
+
+
+class ConfigError(DrlError):
+    """The YAML configuration is missing, malformed, or fails validation."""
+
+    exit_code = 2
+
+
+class TopologyError(ConfigError):
+    """The requested learner / rollout-actor topology is inconsistent."""
+
+
+class EnvironmentSpecError(DrlError):
+    """The environment cannot be made or has unsupported spaces."""
+
+    exit_code = 2
+
+
+class CheckpointError(DrlError):
+    """A checkpoint cannot be read, is corrupt, or is not a drl checkpoint."""
+
+
+class SemanticsError(CheckpointError):
+    """A checkpoint's actor_semantics are missing, unsupported, or do not match."""
+
+
+class PolicyActorContractError(DrlError):
+    """A policy actor does not implement the contract of ADR-0017."""
+
+
+class TrainingError(DrlError):
+    """Training diverged or a worker failed."""
+
+
+class NotImplementedYetError(DrlError):
+    """A planned command that has not landed yet."""

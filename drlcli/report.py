@@ -1,0 +1,71 @@
+"""Rich renderings of configs, topologies and run summaries for the terminal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from drlcli.config import Config
+
+
+def _flatten(data: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    rows: list[tuple[str, Any]] = []
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            rows.extend(_flatten(value, f"{path}."))
+        else:
+            rows.append((path, value))
+    return rows
+
+
+def render_dry_run(config: Config, console: Console) -> None:
+    """Print the resolved config, the environment's spaces and the topology. Starts no Ray."""
+    from drlcli.envs import env_facts as describe
+    from drlcli.envs import make_env
+    from drlcli.topology import detect_available_devices, topology_for_config
+
+    devices = detect_available_devices()
+    topology = topology_for_config(config, devices)
+    env = make_env(config.env.id, max_episode_steps=config.env.max_episode_steps)
+    facts = describe(env)
+    episode_limit = env.spec.max_episode_steps if env.spec is not None else None
+    env.close()
+
+    table = Table(title=f"config {config.name}", show_header=True, header_style="bold")
+    table.add_column("key")
+    table.add_column("value")
+    for key, value in _flatten(config.to_dict()):
+        table.add_row(key, "null" if value is None else str(value))
+    console.print(table)
+
+    spaces = Table(title=f"environment {facts.env_id}", header_style="bold")
+    spaces.add_column("property")
+    spaces.add_column("value")
+    spaces.add_row("observation dim", str(facts.obs_dim))
+    spaces.add_row("action dim", str(facts.action_dim))
+    spaces.add_row("action low", str(facts.action_low.tolist()))
+    spaces.add_row("action high", str(facts.action_high.tolist()))
+    spaces.add_row("episode step limit", str(episode_limit))
+    console.print(spaces)
+
+    layout = Table(title="topology", header_style="bold")
+    layout.add_column("property")
+    layout.add_column("value")
+    layout.add_row("visible CUDA devices", str(devices.cuda_devices))
+    layout.add_row("learners", f"{topology.num_learners} on {topology.learner_device}")
+    if topology.num_learners < topology.requested_learners:
+        layout.add_row("note", f"{topology.requested_learners} learners requested; fewer devices")
+    layout.add_row("rollout actors per learner", str(topology.actors_per_learner))
+    layout.add_row("rollout actors", str(topology.num_actors))
+    per_round = topology.num_actors * config.transitions_per_round
+    layout.add_row("env steps per round", str(per_round))
+    rounds = -(-config.total_env_steps // per_round)
+    layout.add_row("rounds", str(rounds))
+    layout.add_row("param_sync_interval", str(config.param_sync_interval))
+    layout.add_row("metrics", config.metrics_path)
+    layout.add_row("checkpoints", f"{config.checkpoint_path}, {config.best_checkpoint_path}")
+    console.print(layout)
+    console.print("dry run: config valid; nothing started", style="green")

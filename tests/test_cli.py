@@ -1,0 +1,101 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from drlcli import __version__
+from drlcli.cli import app
+
+from .conftest import REPO_ROOT
+
+runner = CliRunner()
+
+
+def test_help_imports_neither_torch_nor_ray():
+    code = (
+        "import sys, json\n"
+        "from drlcli.cli import app\n"
+        "try:\n    app(['--help'], prog_name='drl')\n"
+        "except SystemExit:\n    pass\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'ray'))))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, check=True
+    )
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == []
+
+
+@pytest.mark.parametrize("command", ["train", "play", "export", "verify"])
+def test_every_command_has_help(command):
+    result = runner.invoke(app, [command, "--help"])
+    assert result.exit_code == 0
+    assert "Usage" in result.output
+
+
+def test_version():
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and __version__ in result.output
+
+
+def test_unknown_key_prints_one_line_and_exits_2(write_config):
+    path = write_config("num_actors: 1\nlearning_rate: 0.1\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "drlcli", "train", str(path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "300"},
+    )
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "learning_rate: unknown key" in lines[0]
+    assert "Traceback" not in result.stderr
+
+
+def test_debug_shows_the_traceback(write_config):
+    path = write_config("bogus: 1\n")
+    result = runner.invoke(app, ["--debug", "train", "--dry-run", str(path)])
+    assert result.exit_code == 2
+    assert "Traceback" in result.output
+
+
+def test_missing_config_is_a_config_error(tmp_path):
+    result = runner.invoke(app, ["train", "--dry-run", str(tmp_path / "nope.yaml")])
+    assert result.exit_code == 2
+    assert "config file not found" in result.output
+
+
+@pytest.mark.parametrize(
+    "path", sorted((REPO_ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name
+)
+def test_dry_run_on_every_shipped_config(path):
+    result = runner.invoke(app, ["train", "--dry-run", str(path)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "dry run: config valid" in result.output
+    assert "rollout actors" in result.output
+
+
+def test_dry_run_reports_a_bad_env_id(write_config):
+    result = runner.invoke(
+        app, ["train", "--dry-run", str(write_config("env: {id: NoSuchEnv-v0}\n"))]
+    )
+    assert result.exit_code == 2
+    assert "env.id: cannot make 'NoSuchEnv-v0'" in result.output
+
+
+def test_dry_run_reports_a_topology_error(write_config):
+    result = runner.invoke(
+        app,
+        [
+            "train",
+            "--dry-run",
+            str(write_config("num_actors: 3\nnum_gpus: 2\nactors_per_gpu: 2\n")),
+        ],
+    )
+    assert result.exit_code == 2
+    assert "num_actors: must equal num_gpus * actors_per_gpu" in result.output

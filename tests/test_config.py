@@ -1,0 +1,118 @@
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from drlcli.config import Config, PPOParams, load_config
+from drlcli.errors import ConfigError
+
+from .conftest import REPO_ROOT
+
+
+def test_missing_fields_take_defaults(write_config):
+    config = load_config(write_config("algo: ppo\n", name="tiny.yaml"))
+    assert config.algo_params == PPOParams()
+    assert config.env.id == "InvertedPendulum-v5"
+    assert config.name == "tiny"
+    assert config.metrics_path == str(Path("output") / "metrics_tiny.csv")
+    assert config.checkpoint_path == Path("output/model_tiny.pt")
+    assert config.best_checkpoint_path == Path("output/model_tiny_best.pt")
+
+
+def test_config_is_frozen(write_config):
+    config = load_config(write_config("num_actors: 2\n"))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.num_actors = 3  # type: ignore[misc]
+
+
+def test_values_are_read_and_converted(write_config):
+    config = load_config(
+        write_config(
+            "name: custom\nenv: {id: Hopper-v5, num_envs: 3, seed: 7}\n"
+            "actors_per_gpu: 2\nnum_actors: 2\nmetrics_path: m.csv\n"
+            "algo_params: {learning_rate: 3e-4, hidden_sizes: [32, 16], target_kl: 1}\n"
+        )
+    )
+    assert config.name == "custom"
+    assert config.env.num_envs == 3 and config.env.seed == 7
+    # YAML 1.1 would read 3e-4 as a string; drl reads it as the float everybody means.
+    assert config.algo_params.learning_rate == pytest.approx(3e-4)
+    assert config.algo_params.hidden_sizes == (32, 16)
+    assert config.algo_params.target_kl == 1.0 and isinstance(config.algo_params.target_kl, float)
+    assert config.metrics_path == "m.csv"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("num_actorz: 1\n", "num_actorz: unknown key; did you mean 'num_actors'?"),
+        ("env: {idd: Hopper-v5}\n", "env.idd: unknown key"),
+        ("algo_params: {batch_size: 64}\n", "algo_params.batch_size: unknown key"),
+        ("algo_params: {num_epochs: abc}\n", "algo_params.num_epochs: expected int, got 'abc'"),
+        ("num_actors: 1.5\n", "num_actors: expected int, got 1.5"),
+        ("num_actors: true\n", "num_actors: expected int, got True"),
+        ("num_actors: 0\n", "num_actors: must be a positive integer, got 0"),
+        ("num_gpus: -1\n", "num_gpus: must be a positive integer, got -1"),
+        ("actors_per_gpu: 0\n", "actors_per_gpu: must be a positive integer, got 0"),
+        ("param_sync_interval: 0\n", "param_sync_interval: must be a positive integer"),
+        ("rollout_length: 0\n", "rollout_length: must be a positive integer"),
+        ("gamma: 1.5\n", "gamma: must be in [0, 1], got 1.5"),
+        ("gamma: .nan\n", "gamma: expected a finite number"),
+        ("algo_params: {learning_rate: 0}\n", "algo_params.learning_rate: must be > 0, got 0.0"),
+        ("algo_params: {normalize_rewards: 1}\n", "expected true or false, got 1"),
+        ("algo_params: {activation: sigmoid}\n", "algo_params.activation: expected one of"),
+        ("algo_params: {hidden_sizes: 64}\n", "algo_params.hidden_sizes: expected a list"),
+        ("algo_params: {hidden_sizes: [64, x]}\n", "algo_params.hidden_sizes[1]: expected int"),
+        ("env: Hopper-v5\n", "env: expected a mapping, got 'Hopper-v5'"),
+        ("algo: dqn\n", "algo: unknown algorithm 'dqn'; choose one of: ppo"),
+        ("name: 'a b'\n", "name: 'a b' cannot name output files"),
+        ("metrics_path: 3\n", "metrics_path: expected a string, got 3"),
+    ],
+)
+def test_bad_values_name_the_key_path(write_config, text, message):
+    path = write_config(text)
+    with pytest.raises(ConfigError) as error:
+        load_config(path)
+    assert message in str(error.value)
+    assert str(path) in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "config file is empty"),
+        ("# only a comment\n", "config file is empty"),
+        ("- 1\n- 2\n", "top level must be a mapping"),
+        ("just a string\n", "top level must be a mapping of keys to values, got str"),
+        ("env: {id: [\n", "YAML syntax error at line"),
+    ],
+)
+def test_malformed_files(write_config, text, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(write_config(text))
+
+
+def test_missing_file_and_directory(tmp_path):
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "absent.yaml")
+    with pytest.raises(ConfigError, match="is a directory"):
+        load_config(tmp_path)
+
+
+def test_to_dict_round_trips(write_config):
+    from drlcli.config import config_from_dict
+
+    config = load_config(write_config("algo_params: {hidden_sizes: [8]}\n"))
+    assert config_from_dict(config.to_dict()) == config
+
+
+@pytest.mark.parametrize(
+    "path", sorted((REPO_ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name
+)
+def test_every_shipped_config_loads(path):
+    config = load_config(path)
+    assert isinstance(config, Config)
+    assert config.name == path.stem

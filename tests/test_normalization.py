@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from drlcli.normalization import (
+    RmsState,
+    compute_batch_moments,
+    merge_rms_states,
+    normalize_observation,
+)
+
+finite = st.floats(min_value=-1e3, max_value=1e3, allow_nan=False, allow_infinity=False)
+
+
+@st.composite
+def chunked_batches(draw):
+    dim = draw(st.integers(1, 4))
+    sizes = draw(st.lists(st.integers(1, 20), min_size=1, max_size=6))
+    return [draw(arrays(np.float64, (size, dim), elements=finite)) for size in sizes]
+
+
+@settings(max_examples=200, deadline=None)
+@given(chunked_batches())
+def test_merging_disjoint_chunks_equals_moments_of_concatenation(chunks):
+    merged = merge_rms_states([compute_batch_moments(chunk) for chunk in chunks])
+    whole = compute_batch_moments(np.concatenate(chunks))
+    assert merged.count == whole.count
+    np.testing.assert_allclose(merged.mean, whole.mean, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(merged.var, whole.var, rtol=1e-9, atol=1e-7)
+
+
+def test_merge_is_order_independent_and_skips_none():
+    rng = np.random.default_rng(1)
+    parts = [compute_batch_moments(rng.normal(size=(n, 3))) for n in (5, 9, 2)]
+    forward = merge_rms_states([parts[0], None, parts[1], parts[2]])
+    backward = merge_rms_states(parts[::-1])
+    np.testing.assert_allclose(forward.mean, backward.mean, rtol=1e-12)
+    np.testing.assert_allclose(forward.var, backward.var, rtol=1e-12)
+    assert merge_rms_states([None, None]) is None
+
+
+@pytest.mark.parametrize(
+    ("samples", "message"),
+    [
+        (np.zeros((0, 3)), "empty batch"),
+        (np.array([[1.0, np.nan]]), "NaN or infinite"),
+        (np.array([[np.inf, 1.0]]), "NaN or infinite"),
+        (np.zeros((2, 2, 2)), "expected \\[N, obs_dim\\]"),
+    ],
+)
+def test_bad_batches_are_rejected(samples, message):
+    with pytest.raises(ValueError, match=message):
+        compute_batch_moments(samples)
+
+
+def test_merge_rejects_mismatched_dims():
+    with pytest.raises(ValueError, match="different shapes"):
+        merge_rms_states(
+            [compute_batch_moments(np.ones((2, 2))), compute_batch_moments(np.ones((2, 3)))]
+        )
+
+
+def test_normalize_observation_standardises_and_clips():
+    state = RmsState(mean=np.array([1.0, -2.0]), var=np.array([4.0, 0.25]), count=10.0)
+    out = normalize_observation(np.array([[3.0, 100.0]]), state, clip=5.0, epsilon=0.0)
+    np.testing.assert_allclose(out, [[1.0, 5.0]])
+    assert out.dtype == np.float32
+    np.testing.assert_array_equal(normalize_observation(np.array([2.0]), None, clip=5.0), [2.0])
+
+
+def test_rms_state_dict_round_trip():
+    state = RmsState(mean=np.arange(3.0), var=np.ones(3), count=4.0)
+    back = RmsState.from_dict(state.to_dict())
+    np.testing.assert_array_equal(back.mean, state.mean)
+    assert back.count == 4.0
