@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 demo: setup
-	$(BIN)/drl train --dry-run configs/quickstart.yaml
+	$(BIN)/drl train configs/quickstart.yaml
 
 test: setup
 	$(BIN)/python -m pytest

@@ -1,0 +1,173 @@
+"""The built-in PPO policy actor: a diagonal Gaussian with a state-independent log-std.
+
+The policy's own action space is unbounded (the raw Normal sample); the environment receives
+``clip(sample, low, high)`` (``prepare_action``). Its action transform is therefore ``clip`` and
+``log_prob`` is that of the raw sample, which PPO stores: the first ratio of a round is exactly 1.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
+
+
+def orthogonal_linear(in_features: int, out_features: int, gain: float) -> nn.Linear:
+    """A linear layer with orthogonal weights of the given gain and zero bias (PPO practice)."""
+    layer = nn.Linear(in_features, out_features)
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+def mlp(
+    in_features: int,
+    hidden_sizes: Sequence[int],
+    out_features: int,
+    activation: str,
+    output_gain: float,
+) -> nn.Sequential:
+    """Hidden layers with gain sqrt(2), an output layer with ``output_gain``."""
+    layers: list[nn.Module] = []
+    width = in_features
+    for size in hidden_sizes:
+        layers += [orthogonal_linear(width, size, math.sqrt(2.0)), ACTIVATIONS[activation]()]
+        width = size
+    layers.append(orthogonal_linear(width, out_features, output_gain))
+    return nn.Sequential(*layers)
+
+
+class ClipExport(nn.Module):
+    """``obs -> clip(mean(obs), low, high)``: the deterministic policy, as deployed."""
+
+    def __init__(self, mean_network: nn.Module, low: torch.Tensor, high: torch.Tensor) -> None:
+        super().__init__()
+        self.mean_network = mean_network
+        self.register_buffer("low", low.clone())
+        self.register_buffer("high", high.clone())
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.clamp(self.mean_network(obs), self.low, self.high)
+
+
+class GaussianPolicyActor(nn.Module):
+    """Diagonal Gaussian policy ``N(mu(obs), exp(log_std))`` for PPO.
+
+    Args:
+        obs_dim, action_dim: sizes of the (normalised) observation and the action.
+        action_low, action_high: env bounds ``[action_dim]``, used by the clip transform.
+        hidden_sizes, activation: the mean network.
+        init_log_std: initial value of every log-std entry.
+    """
+
+    action_transform_id = "clip"
+
+    def __init__(
+        self,
+        obs_dim: int,
+        action_dim: int,
+        action_low: Sequence[float],
+        action_high: Sequence[float],
+        hidden_sizes: Sequence[int] = (64, 64),
+        activation: str = "tanh",
+        init_log_std: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+        self.mean_network = mlp(obs_dim, hidden_sizes, action_dim, activation, output_gain=0.01)
+        self.log_std = nn.Parameter(torch.full((action_dim,), float(init_log_std)))
+        self.register_buffer("action_low", torch.as_tensor(action_low, dtype=torch.float32))
+        self.register_buffer("action_high", torch.as_tensor(action_high, dtype=torch.float32))
+
+    # The Normal log-density and entropy are written out rather than built from
+    # torch.distributions.Normal: the object construction dominated small-batch rollout cost.
+    def _log_prob(self, actions: torch.Tensor, mean: torch.Tensor) -> torch.Tensor:
+        z = (actions - mean) * torch.exp(-self.log_std)
+        return (-0.5 * z.pow(2) - self.log_std - _HALF_LOG_2PI).sum(-1)
+
+    def _entropy(self, batch: int) -> torch.Tensor:
+        return (0.5 + _HALF_LOG_2PI + self.log_std).sum().expand(batch)
+
+    def forward(
+        self, obs: torch.Tensor, training: bool = False
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """Sample raw actions ``[B, A]``; ``info["log_prob"]`` ``[B]``, ``info["entropy"]`` ``[B]``."""
+        mean = self.mean_network(obs)
+        actions = mean + torch.exp(self.log_std) * torch.randn_like(mean)  # reparameterised
+        info = {
+            "log_prob": self._log_prob(actions, mean),
+            "entropy": self._entropy(len(obs)),
+        }
+        return actions, info
+
+    def log_prob_and_entropy(
+        self, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-prob ``[B]`` of stored raw actions and the entropy ``[B]``, for the PPO ratio."""
+        return self._log_prob(actions, self.mean_network(obs)), self._entropy(len(obs))
+
+    def get_mean_and_std(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean = self.mean_network(obs)
+        return mean, self.log_std.exp().expand_as(mean)
+
+    def transform(self, actions: torch.Tensor) -> torch.Tensor:
+        """The env action of a raw action: ``clip(a, low, high)``."""
+        return torch.clamp(actions, self.action_low, self.action_high)
+
+    def explore(
+        self,
+        obs: torch.Tensor,
+        dones: torch.Tensor | None = None,
+        deterministic: bool = False,
+    ) -> torch.Tensor:
+        """Env actions: ``transform(mean)`` when deterministic, else ``transform(sample)``.
+
+        ``dones`` is accepted for the contract; this policy keeps no per-episode state.
+        """
+        mean = self.mean_network(obs)
+        if deterministic:
+            return self.transform(mean)
+        return self.transform(mean + torch.exp(self.log_std) * torch.randn_like(mean))
+
+    def as_export_module(self) -> nn.Module:
+        return ClipExport(self.mean_network, self.action_low, self.action_high)
+
+    def normalize_parameters(self) -> None:
+        """Nothing to project: this architecture has no parameter-norm constraint."""
+
+    def inference_startup_memory_categories(self) -> dict[str, int]:
+        parameters = sum(p.numel() * p.element_size() for p in self.parameters())
+        buffers = sum(b.numel() * b.element_size() for b in self.buffers())
+        return {"parameters": parameters, "buffers": buffers}
+
+
+def build_gaussian_actor(
+    obs_dim: int,
+    action_dim: int,
+    device: Any = "cpu",
+    *,
+    action_low: Sequence[float],
+    action_high: Sequence[float],
+    hidden_sizes: Sequence[int] = (64, 64),
+    activation: str = "tanh",
+    init_log_std: float = 0.0,
+) -> GaussianPolicyActor:
+    """Builder of the built-in PPO actor (``drlcli.actors.gaussian:build_gaussian_actor``)."""
+    actor = GaussianPolicyActor(
+        obs_dim,
+        action_dim,
+        np.asarray(action_low, dtype=np.float32),
+        np.asarray(action_high, dtype=np.float32),
+        tuple(hidden_sizes),
+        activation,
+        init_log_std,
+    )
+    return actor.to(device)

@@ -1,0 +1,107 @@
+"""Actor specs: building a policy actor from ``{builder, kwargs}`` and describing its semantics.
+
+A spec names a builder as ``"pkg.module:callable"``; the builder is resolved with
+``importlib.import_module`` and called as ``builder(obs_dim=..., action_dim=..., device=...,
+**kwargs)``. Because the spec is plain data (kwargs must be JSON-serialisable), any process can
+rebuild the same actor from it (spawn safety), and a checkpoint can record it as
+``actor_semantics``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from drlcli.errors import PolicyActorContractError
+
+SEMANTICS_SCHEMA_VERSION = 1
+SUPPORTED_SEMANTICS_VERSIONS = (1,)
+SEMANTICS_FIELDS = (
+    "schema_version",
+    "kind",
+    "builder",
+    "kwargs",
+    "obs_dim",
+    "action_dim",
+    "action_transform",
+)
+BUILTIN_PACKAGE = "drlcli."
+BUILDER_PATTERN = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
+
+
+@dataclass(frozen=True)
+class ActorSpec:
+    """How to build a policy actor: a dotted-path builder and JSON-serialisable kwargs."""
+
+    builder: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.builder, str) or not BUILDER_PATTERN.match(self.builder):
+            raise PolicyActorContractError(
+                f"actor builder must look like 'pkg.module:callable', got {self.builder!r}"
+            )
+        try:
+            json.dumps(self.kwargs, allow_nan=False)
+        except (TypeError, ValueError) as error:
+            raise PolicyActorContractError(
+                f"actor kwargs of {self.builder} must be JSON-serialisable ({error})"
+            ) from error
+
+    @property
+    def kind(self) -> str:
+        """``builtin`` for drl's own builders, ``custom`` for everything else."""
+        return "builtin" if self.builder.startswith(BUILTIN_PACKAGE) else "custom"
+
+    @property
+    def module(self) -> str:
+        return self.builder.split(":", 1)[0]
+
+
+def resolve_builder(spec: ActorSpec) -> Any:
+    """Import the builder's module and return the callable."""
+    module_name, attribute = spec.builder.split(":", 1)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise PolicyActorContractError(
+            f"actor builder {spec.builder}: cannot import module {module_name!r} ({error}); "
+            "it must be importable in every training process"
+        ) from error
+    builder = getattr(module, attribute, None)
+    if not callable(builder):
+        raise PolicyActorContractError(
+            f"actor builder {spec.builder}: module {module_name!r} has no callable {attribute!r}"
+        )
+    return builder
+
+
+def build_policy_actor(spec: ActorSpec, obs_dim: int, action_dim: int, device: Any = "cpu") -> Any:
+    """Build the actor and validate it against the contract (fail closed)."""
+    from drlcli.actors.contract import validate_policy_actor
+
+    builder = resolve_builder(spec)
+    try:
+        actor = builder(obs_dim=obs_dim, action_dim=action_dim, device=device, **spec.kwargs)
+    except TypeError as error:
+        raise PolicyActorContractError(
+            f"actor builder {spec.builder} rejected its arguments ({error})"
+        ) from error
+    validate_policy_actor(actor, obs_dim, action_dim)
+    return actor
+
+
+def actor_semantics(spec: ActorSpec, obs_dim: int, action_dim: int, action_transform: str) -> dict:
+    """The ``actor_semantics`` entry of a checkpoint (plain JSON-compatible data)."""
+    return {
+        "schema_version": SEMANTICS_SCHEMA_VERSION,
+        "kind": spec.kind,
+        "builder": spec.builder,
+        "kwargs": json.loads(json.dumps(spec.kwargs)),
+        "obs_dim": int(obs_dim),
+        "action_dim": int(action_dim),
+        "action_transform": action_transform,
+    }

@@ -1,0 +1,1 @@
+"""Training algorithms: each package holds its learner, buffer and rollout worker."""

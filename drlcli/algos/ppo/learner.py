@@ -1,0 +1,204 @@
+"""The PPO learner: owns ``learner.actor`` (the policy actor), the value network and the optimiser.
+
+``train_step`` is the whole PPO update (Schulman et al. 2017, Algorithm 1 with the clipped
+surrogate objective L^CLIP, value loss L^VF and entropy bonus S):
+
+    L(theta) = E[ min(r_t(theta) A_t, clip(r_t(theta), 1 - eps, 1 + eps) A_t) ]
+               - c1 * L^VF + c2 * S[pi_theta]
+    r_t(theta) = pi_theta(a_t | s_t) / pi_theta_old(a_t | s_t)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from drlcli.actors.spec import ActorSpec, build_policy_actor
+from drlcli.algos.ppo.buffer import ReplayBuffer
+from drlcli.algos.ppo.networks import ValueNetwork
+from drlcli.config import PPOParams
+from drlcli.errors import TrainingError
+
+
+class Learner:
+    """One PPO learner.
+
+    Args:
+        actor_spec: builds the policy actor (validated against the contract).
+        obs_dim, action_dim: observation and action sizes.
+        params: PPO hyper-parameters.
+        device: torch device of the networks.
+        seed: seeds the network initialisation and the minibatch shuffling.
+    """
+
+    def __init__(
+        self,
+        actor_spec: ActorSpec,
+        obs_dim: int,
+        action_dim: int,
+        params: PPOParams,
+        device: str = "cpu",
+        seed: int = 0,
+    ) -> None:
+        torch.manual_seed(seed)
+        self.params = params
+        self.device = torch.device(device)
+        self.actor = build_policy_actor(actor_spec, obs_dim, action_dim, self.device)
+        self.value_network = ValueNetwork(obs_dim, params.hidden_sizes, params.activation).to(
+            self.device
+        )
+        self.optimizer = torch.optim.Adam(
+            [*self.actor.parameters(), *self.value_network.parameters()],
+            lr=params.learning_rate,
+            eps=1e-5,
+        )
+        self.buffer = ReplayBuffer()
+        self.shuffle_generator = torch.Generator().manual_seed(seed)
+
+    # --- parameters ------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, dict[str, torch.Tensor]]:
+        """Network parameters on CPU: ``{"actor": ..., "value": ...}`` (what rollouts need)."""
+        return {
+            "actor": {k: v.detach().cpu().clone() for k, v in self.actor.state_dict().items()},
+            "value": {
+                k: v.detach().cpu().clone() for k, v in self.value_network.state_dict().items()
+            },
+        }
+
+    def load_state_dict(self, state: dict[str, dict[str, torch.Tensor]]) -> None:
+        self.actor.load_state_dict(state["actor"])
+        self.value_network.load_state_dict(state["value"])
+
+    def optimizer_state(self) -> dict[str, Any]:
+        return self.optimizer.state_dict()
+
+    def load_optimizer_state(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state)
+
+    # --- training --------------------------------------------------------------------------
+
+    def add(self, *trajectories: dict[str, np.ndarray]) -> int:
+        """Add rollout actors' trajectories to the on-policy buffer; returns its size."""
+        for trajectory in trajectories:
+            self.buffer.add(trajectory)
+        return len(self.buffer)
+
+    def train_step(self, learning_rate: float) -> tuple[dict[str, Any], dict[str, float]]:
+        """One PPO update on the whole buffer, then clear it.
+
+        Args:
+            learning_rate: Adam step size for this round (the driver anneals it).
+
+        Returns:
+            ``(state_dict, metrics)``; ``metrics["buffer_size"]`` is measured before the clear.
+        """
+        p = self.params
+        data = {k: torch.as_tensor(v, device=self.device) for k, v in self.buffer.data().items()}
+        buffer_size = len(data["obs"])
+        self.buffer.clear()
+        obs, actions, logp_old = data["obs"], data["act"], data["logp"]
+        values_old, returns = data["value"], data["ret"]
+        advantages = data["adv"]
+        if p.normalize_advantages and buffer_size > 1:  # global, over the whole round
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate
+        minibatch_size = max(1, buffer_size // p.num_minibatches)
+        sums = torch.zeros(6, device=self.device)  # policy, value, entropy, kl, clipfrac, gradnorm
+        minibatches = 0
+        epochs_done = 0
+        stop = False
+        for _epoch in range(p.num_epochs):
+            order = torch.randperm(buffer_size, generator=self.shuffle_generator).to(self.device)
+            for start in range(0, buffer_size - minibatch_size + 1, minibatch_size):
+                index = order[start : start + minibatch_size]
+                logp, entropy = self.actor.log_prob_and_entropy(obs[index], actions[index])
+                log_ratio = logp - logp_old[index]
+                ratio = log_ratio.exp()
+                mb_adv = advantages[index]
+                # L^CLIP, negated for gradient descent.
+                policy_loss = torch.max(
+                    -mb_adv * ratio, -mb_adv * ratio.clamp(1 - p.clip_coef, 1 + p.clip_coef)
+                ).mean()
+                value = self.value_network(obs[index])
+                if p.clip_value_loss:
+                    clipped = values_old[index] + (value - values_old[index]).clamp(
+                        -p.clip_coef, p.clip_coef
+                    )
+                    value_error = torch.max(
+                        (value - returns[index]) ** 2, (clipped - returns[index]) ** 2
+                    )
+                else:
+                    value_error = (value - returns[index]) ** 2
+                value_loss = 0.5 * value_error.mean()
+                entropy_mean = entropy.mean()
+                loss = policy_loss - p.ent_coef * entropy_mean + p.vf_coef * value_loss
+
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = nn.utils.clip_grad_norm_(
+                    [*self.actor.parameters(), *self.value_network.parameters()], p.max_grad_norm
+                )
+                self.optimizer.step()
+                self.actor.normalize_parameters()
+
+                with torch.no_grad():
+                    approx_kl = ((ratio - 1) - log_ratio).mean()  # k3 estimator, >= 0
+                    clip_fraction = ((ratio - 1).abs() > p.clip_coef).float().mean()
+                    sums += torch.stack(
+                        [policy_loss, value_loss, entropy_mean, approx_kl, clip_fraction, grad_norm]
+                    ).detach()
+                minibatches += 1
+                if p.target_kl is not None and approx_kl.item() > p.target_kl:
+                    stop = True  # KL early stop: the policy moved far enough this round
+                    break
+            epochs_done += 1
+            if stop:
+                break
+
+        means = (sums / max(minibatches, 1)).tolist()
+        if not all(np.isfinite(means)):
+            raise TrainingError(
+                "PPO update produced a non-finite loss or gradient; lower "
+                "algo_params.learning_rate or check the environment's rewards"
+            )
+        with torch.no_grad():
+            predicted = self.value_network(obs)
+            residual_var = torch.var(returns - predicted)
+            returns_var = torch.var(returns)
+            explained = (1 - residual_var / returns_var).item() if returns_var > 0 else float("nan")
+        metrics = {
+            "Loss/policy": means[0],
+            "Loss/value": means[1],
+            "Loss/entropy": means[2],
+            "approx_kl": means[3],
+            "clip_fraction": means[4],
+            "grad_norm": means[5],
+            "explained_variance": explained,
+            "learning_rate": learning_rate,
+            "epochs": float(epochs_done),
+            "buffer_size": float(buffer_size),
+        }
+        return self.state_dict(), metrics
+
+
+GAUSSIAN_BUILDER = "drlcli.actors.gaussian:build_gaussian_actor"
+
+
+def gaussian_actor_spec(params: PPOParams, action_low: Any, action_high: Any) -> ActorSpec:
+    """The spec of the built-in PPO policy actor for an environment's action bounds."""
+    return ActorSpec(
+        GAUSSIAN_BUILDER,
+        {
+            "action_low": [float(x) for x in action_low],
+            "action_high": [float(x) for x in action_high],
+            "hidden_sizes": list(params.hidden_sizes),
+            "activation": params.activation,
+            "init_log_std": params.init_log_std,
+        },
+    )

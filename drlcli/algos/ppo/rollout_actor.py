@@ -1,0 +1,188 @@
+"""MuJoCoActor: a rollout worker that steps ``num_envs`` environments with one policy.
+
+A plain class: the runtime wraps it with ``ray.remote``; tests use it in-process.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from drlcli.actors.spec import ActorSpec, build_policy_actor
+from drlcli.algos.ppo.networks import ValueNetwork
+from drlcli.config import EnvConfig, PPOParams
+from drlcli.envs import EnvBatch
+from drlcli.normalization import (
+    RmsState,
+    compute_batch_moments,
+    merge_rms_states,
+    normalize_observation,
+)
+from drlcli.rollout import compute_gae, prepare_action
+
+
+class RewardScaler:
+    """Divide rewards by the running std of the discounted return (per env), then clip.
+
+    The scale is learning-side only: reported episode returns are always the raw ones.
+    """
+
+    def __init__(self, num_envs: int, gamma: float, clip: float) -> None:
+        self.gamma, self.clip = gamma, clip
+        self.discounted_return = np.zeros(num_envs)
+        self.moments: RmsState | None = None
+
+    def __call__(self, rewards: np.ndarray, dones: np.ndarray) -> np.ndarray:
+        self.discounted_return = self.discounted_return * self.gamma + rewards
+        self.moments = merge_rms_states(
+            [self.moments, compute_batch_moments(self.discounted_return[:, None])]
+        )
+        self.discounted_return[dones] = 0.0
+        scale = np.sqrt(self.moments.var[0] + 1e-8)
+        return np.clip(rewards / scale, -self.clip, self.clip)
+
+
+class MuJoCoActor:
+    """Rollout actor ``actor_id``: collects on-policy trajectories for its learner.
+
+    Args:
+        actor_id: index of this rollout actor (seeds its environments and sampling noise).
+        env_config: the task and how many environments to step together.
+        actor_spec: rebuilds the policy actor in this process (spawn-safe).
+        params: PPO parameters (network shape, normalisation switches).
+        gamma: discount, for reward scaling.
+    """
+
+    def __init__(
+        self,
+        actor_id: int,
+        env_config: EnvConfig,
+        actor_spec: ActorSpec,
+        params: PPOParams,
+        gamma: float,
+    ) -> None:
+        torch.set_num_threads(1)  # small networks: one thread is fastest and deterministic
+        self.actor_id = actor_id
+        self.params = params
+        seed = env_config.seed + 10_000 * actor_id
+        torch.manual_seed(seed)
+        self.envs = EnvBatch(
+            env_config.id,
+            env_config.num_envs,
+            seed=seed,
+            max_episode_steps=env_config.max_episode_steps,
+        )
+        facts = self.envs.facts
+        self.action_low, self.action_high = facts.action_low, facts.action_high
+        self.actor = build_policy_actor(actor_spec, facts.obs_dim, facts.action_dim)
+        self.value_network = ValueNetwork(facts.obs_dim, params.hidden_sizes, params.activation)
+        self.reward_scaler = (
+            RewardScaler(env_config.num_envs, gamma, params.reward_clip)
+            if params.normalize_rewards
+            else None
+        )
+
+    def sample(
+        self,
+        state_dict: dict[str, Any],
+        rollout_length: int,
+        gamma: float,
+        gae_lambda: float,
+        obs_rms_state: dict[str, Any] | None,
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Collect ``rollout_length`` steps of every environment with the given parameters.
+
+        Args:
+            state_dict: ``{"actor", "value"}`` parameters of this actor's learner.
+            rollout_length: steps per environment this round.
+            gamma, gae_lambda: GAE parameters.
+            obs_rms_state: global observation statistics after the previous round (or None);
+                used unchanged for the whole rollout.
+
+        Returns:
+            ``(trajectory, stats)``. trajectory: columnar float32 arrays ``obs [N, O]``
+            (normalised), ``act [N, A]`` (raw policy sample), ``logp``, ``value``, ``adv``,
+            ``ret`` ``[N]`` with ``N = rollout_length * num_envs``, time-major. stats:
+            ``actor_id, episodes, episode_return_sum, episode_returns, episode_len_sum,
+            obs_rms_moments`` (moments of this round's raw observations only).
+        """
+        self.actor.load_state_dict(state_dict["actor"])
+        self.value_network.load_state_dict(state_dict["value"])
+        rms = RmsState.from_dict(obs_rms_state) if obs_rms_state is not None else None
+        if not self.params.normalize_observations:
+            rms = None
+        clip = self.params.observation_clip
+        steps, num_envs = rollout_length, self.envs.num_envs
+        obs_dim, action_dim = self.envs.facts.obs_dim, self.envs.facts.action_dim
+
+        raw_obs = np.empty((steps, num_envs, obs_dim), dtype=np.float64)
+        obs = np.empty((steps, num_envs, obs_dim), dtype=np.float32)
+        actions = np.empty((steps, num_envs, action_dim), dtype=np.float32)
+        logps = np.empty((steps, num_envs), dtype=np.float32)
+        values = np.empty((steps, num_envs), dtype=np.float64)
+        next_values = np.empty((steps, num_envs), dtype=np.float64)
+        rewards = np.empty((steps, num_envs), dtype=np.float64)
+        terminated = np.empty((steps, num_envs), dtype=bool)
+        truncated = np.empty((steps, num_envs), dtype=bool)
+        episode_returns: list[float] = []
+        episode_lengths: list[int] = []
+
+        with torch.inference_mode():
+            for t in range(steps):
+                raw_obs[t] = self.envs.obs
+                obs[t] = normalize_observation(self.envs.obs, rms, clip)
+                obs_tensor = torch.from_numpy(obs[t])
+                sampled, info = self.actor(obs_tensor, training=False)
+                values[t] = self.value_network(obs_tensor).numpy()
+                policy_action, env_action = prepare_action(
+                    sampled.numpy(), self.action_low, self.action_high
+                )
+                actions[t], logps[t] = policy_action, info["log_prob"].numpy()
+                step = self.envs.step(env_action)
+                rewards[t], terminated[t], truncated[t] = (
+                    step.rewards,
+                    step.terminated,
+                    step.truncated,
+                )
+                if self.reward_scaler is not None:
+                    rewards[t] = self.reward_scaler(step.rewards, step.terminated | step.truncated)
+                if step.truncated.any():
+                    # V(final pre-reset observation): the truncation bootstrap of compute_gae.
+                    final = normalize_observation(step.final_obs[step.truncated], rms, clip)
+                    next_values[t, step.truncated] = self.value_network(
+                        torch.from_numpy(final)
+                    ).numpy()
+                episode_returns += step.finished_returns
+                episode_lengths += step.finished_lengths
+            last_obs = normalize_observation(self.envs.obs, rms, clip)
+            last_values = self.value_network(torch.from_numpy(last_obs)).numpy()
+
+        # Where the episode went on, V(s_{t+1}) is the next step's value estimate.
+        following = np.concatenate([values[1:], last_values[None]], axis=0)
+        next_values = np.where(truncated, next_values, following)
+        advantages, returns = compute_gae(
+            rewards, values, next_values, terminated, truncated, gamma, gae_lambda
+        )
+        count = steps * num_envs
+        trajectory = {
+            "obs": obs.reshape(count, obs_dim),
+            "act": actions.reshape(count, action_dim),
+            "logp": logps.reshape(count),
+            "value": values.reshape(count).astype(np.float32),
+            "adv": advantages.reshape(count).astype(np.float32),
+            "ret": returns.reshape(count).astype(np.float32),
+        }
+        stats = {
+            "actor_id": self.actor_id,
+            "episodes": len(episode_returns),
+            "episode_return_sum": float(sum(episode_returns)),
+            "episode_returns": episode_returns,
+            "episode_len_sum": int(sum(episode_lengths)),
+            "obs_rms_moments": compute_batch_moments(raw_obs.reshape(count, obs_dim)).to_dict(),
+        }
+        return trajectory, stats
+
+    def close(self) -> None:
+        self.envs.close()

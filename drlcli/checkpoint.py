@@ -1,0 +1,157 @@
+"""The drl checkpoint format: atomic saving, safe loading, actor_semantics validation.
+
+A checkpoint is data, not code: a dict of plain containers (dict, list, str, int, float, bool,
+None) and tensors, written with ``torch.save`` and read back with ``weights_only=True`` only.
+The fields are documented in Method.md ("Checkpoints").
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+import zipfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from drlcli.actors.spec import SEMANTICS_FIELDS, SUPPORTED_SEMANTICS_VERSIONS
+from drlcli.errors import CheckpointError, SemanticsError
+
+FORMAT_NAME = "drl-checkpoint"
+FORMAT_VERSION = 1
+SUPPORTED_FORMAT_VERSIONS = (1,)
+
+
+def save_checkpoint(path: str | Path, payload: Mapping[str, Any]) -> Path:
+    """Write ``payload`` atomically: temp file in the same folder, fsync, ``os.replace``.
+
+    A reader (or a crash at any moment) sees either the previous complete file or the new one.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            torch.save(dict(payload), stream)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temp_name, path)
+    except BaseException:
+        Path(temp_name).unlink(missing_ok=True)
+        raise
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)  # make the rename itself durable
+    finally:
+        os.close(directory)
+    return path
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Read a checkpoint without running any code from it.
+
+    Raises:
+        CheckpointError: missing path, directory, empty/truncated/non-torch file, a pickle that
+            would run code, or a file that is not a drl checkpoint of a supported version.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"{path}: checkpoint not found")
+    if path.is_dir():
+        raise CheckpointError(f"{path}: is a directory, expected a checkpoint file (.pt)")
+    if path.stat().st_size == 0:
+        raise CheckpointError(f"{path}: checkpoint file is empty")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        reason = " ".join(str(error).split())[:200]
+        raise CheckpointError(
+            f"{path}: refused to load: the file holds objects that would run code when "
+            f"unpickled; drl checkpoints hold only tensors and plain data ({reason})"
+        ) from error
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as error:
+        reason = " ".join(str(error).split())[:200]
+        raise CheckpointError(
+            f"{path}: not a readable torch checkpoint (truncated or corrupt?): {reason}"
+        ) from error
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT_NAME:
+        raise CheckpointError(f"{path}: not a drl checkpoint (no format '{FORMAT_NAME}')")
+    version = payload.get("format_version")
+    if version not in SUPPORTED_FORMAT_VERSIONS:
+        raise CheckpointError(
+            f"{path}: checkpoint format version {version!r} is not supported by this drl "
+            f"(supported: {list(SUPPORTED_FORMAT_VERSIONS)})"
+        )
+    return payload
+
+
+_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "schema_version": int,
+    "kind": str,
+    "builder": str,
+    "kwargs": dict,
+    "obs_dim": int,
+    "action_dim": int,
+    "action_transform": str,
+}
+
+
+def validate_actor_semantics(
+    semantics: Any, expected: Mapping[str, Any] | None = None, source: str = "checkpoint"
+) -> dict[str, Any]:
+    """Check a checkpoint's ``actor_semantics`` before any weight is loaded.
+
+    Shared by training resume and play. There is no inference fallback: a checkpoint without
+    semantics, with null, or with an unsupported schema version is refused for every actor.
+
+    Args:
+        semantics: the stored entry.
+        expected: the semantics of the actor about to be built; every field must be equal.
+        source: names the checkpoint in messages.
+
+    Returns:
+        The validated entry.
+
+    Raises:
+        SemanticsError: naming each missing, wrong or differing field (with both values).
+    """
+    retrain = "; retraining is the only remedy"
+    if semantics is None:
+        raise SemanticsError(f"{source}: actor_semantics is missing or null{retrain}")
+    if not isinstance(semantics, dict):
+        raise SemanticsError(f"{source}: actor_semantics must be a mapping{retrain}")
+    missing = [name for name in SEMANTICS_FIELDS if name not in semantics]
+    if missing:
+        raise SemanticsError(f"{source}: actor_semantics lacks {', '.join(missing)}{retrain}")
+    version = semantics["schema_version"]
+    if isinstance(version, bool) or version not in SUPPORTED_SEMANTICS_VERSIONS:
+        raise SemanticsError(
+            f"{source}: actor_semantics schema_version {version!r} is not supported "
+            f"(supported: {list(SUPPORTED_SEMANTICS_VERSIONS)}){retrain}"
+        )
+    for name, kind in _FIELD_TYPES.items():
+        value = semantics[name]
+        if isinstance(value, bool) or not isinstance(value, kind):
+            raise SemanticsError(
+                f"{source}: actor_semantics.{name} must be {kind.__name__}, got {value!r}"
+            )
+    if semantics["kind"] not in ("builtin", "custom"):
+        raise SemanticsError(
+            f"{source}: actor_semantics.kind must be 'builtin' or 'custom', got "
+            f"{semantics['kind']!r}"
+        )
+    if expected is not None:
+        differences = [
+            f"{name}: checkpoint {semantics[name]!r} != expected {expected[name]!r}"
+            for name in SEMANTICS_FIELDS
+            if semantics[name] != expected[name]
+        ]
+        if differences:
+            raise SemanticsError(
+                f"{source}: actor_semantics do not match the actor to build: "
+                + "; ".join(differences)
+            )
+    return semantics

@@ -1,0 +1,1 @@
+"""Ray orchestration: session, ParameterServer, the round loop of training."""

@@ -1,0 +1,44 @@
+"""ParameterServer: global observation statistics and learner parameter averaging.
+
+A plain class; the runtime wraps it with ``ray.remote``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from drlcli.normalization import RmsState, merge_rms_states
+
+
+def average_state_dicts(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Element-wise mean of nested state dicts with identical structure (floating tensors);
+    non-floating tensors (counters) are taken from the first."""
+    first = states[0]
+    if isinstance(first, dict):
+        return {key: average_state_dicts([state[key] for state in states]) for key in first}
+    if isinstance(first, torch.Tensor) and first.is_floating_point():
+        return torch.stack(list(states)).mean(dim=0)
+    return first
+
+
+class ParameterServer:
+    """Holds the global observation statistics and averages learner parameters."""
+
+    def __init__(self, obs_rms_state: dict[str, Any] | None = None) -> None:
+        self._obs_rms = RmsState.from_dict(obs_rms_state) if obs_rms_state is not None else None
+
+    def get_obs_rms(self) -> dict[str, Any] | None:
+        return self._obs_rms.to_dict() if self._obs_rms is not None else None
+
+    def update_obs_rms(self, increment: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Merge one round's increment (all rollout actors already merged) into the history,
+        exactly once per round."""
+        if increment is not None:
+            self._obs_rms = merge_rms_states([self._obs_rms, RmsState.from_dict(increment)])
+        return self.get_obs_rms()
+
+    def average_parameters(self, *states: dict[str, Any]) -> dict[str, Any]:
+        return average_state_dicts(states)

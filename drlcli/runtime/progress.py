@@ -1,0 +1,86 @@
+"""Terminal display of a training run: a rich progress bar, or plain lines with ``--quiet``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+
+def _fmt(value: Any, spec: str = ".1f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+class TrainingProgress:
+    """Shows env steps / total, SPS, ETA and the latest mean episode return."""
+
+    def __init__(self, total_env_steps: int, completed: int, quiet: bool, console: Console):
+        self.quiet = quiet
+        self.console = console
+        self.total = total_env_steps
+        self._bar: Progress | None = None
+        if not quiet:
+            self._bar = Progress(
+                TextColumn("[bold]training"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("env steps"),
+                TextColumn("{task.fields[sps]} sps"),
+                TextColumn("return {task.fields[ret]}"),
+                TimeElapsedColumn(),
+                TextColumn("eta"),
+                TimeRemainingColumn(),
+                console=console,
+                transient=False,
+            )
+            self._task = self._bar.add_task(
+                "train", total=total_env_steps, completed=completed, sps="-", ret="-"
+            )
+
+    def __enter__(self) -> TrainingProgress:
+        if self._bar is not None:
+            self._bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+    def update(self, row: dict[str, Any], total_rounds: int) -> None:
+        if self._bar is not None:
+            self._bar.update(
+                self._task,
+                completed=row["env_steps"],
+                sps=_fmt(row["sps"], ".0f"),
+                ret=_fmt(row["episode_return_mean"]),
+            )
+            return
+        self.console.print(
+            f"round {row['round']}/{total_rounds} env_steps {row['env_steps']} "
+            f"sps {row['sps']:.0f} return {_fmt(row['episode_return_mean'])} "
+            f"approx_kl {row['approx_kl']:.4f} Loss/value {row['Loss/value']:.4f}",
+            highlight=False,
+        )
+
+    def summary(self, summary: Any) -> None:
+        table = Table(title="training finished", header_style="bold")
+        table.add_column("")
+        table.add_column("")
+        table.add_row("rounds", str(summary.rounds))
+        table.add_row("env steps", str(summary.env_steps))
+        table.add_row("wall time", f"{summary.wall_time_s:.1f} s")
+        table.add_row("last mean return", _fmt(summary.last_return))
+        table.add_row("best mean return", _fmt(summary.best_return))
+        table.add_row("checkpoint", str(summary.checkpoint_path))
+        table.add_row("best checkpoint", str(summary.best_checkpoint_path))
+        table.add_row("metrics", str(summary.metrics_path))
+        self.console.print(table)

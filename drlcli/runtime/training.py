@@ -1,0 +1,389 @@
+"""``drl train``: the round loop of Method.md on a Ray topology.
+
+Each round: every rollout actor samples with its learner's parameters and the global observation
+statistics; the driver merges the rounds' observation increments and the ParameterServer merges
+them once into the history; each learner trains on its own rollout actors' trajectories; on a
+sync round the ParameterServer averages all learners' parameters and every learner loads them.
+Then one metrics row, the latest checkpoint, and the best checkpoint when the return improved.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from rich.console import Console
+
+from drlcli import __version__
+from drlcli.actors.spec import actor_semantics
+from drlcli.algos.ppo.learner import gaussian_actor_spec
+from drlcli.checkpoint import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    load_checkpoint,
+    save_checkpoint,
+    validate_actor_semantics,
+)
+from drlcli.config import Config
+from drlcli.envs import env_facts, make_env
+from drlcli.errors import CheckpointError, DrlError, TrainingError, UsageError
+from drlcli.metrics import MetricsWriter, average_metrics
+from drlcli.normalization import RmsState, merge_rms_states
+from drlcli.runtime.progress import TrainingProgress
+from drlcli.runtime.ray_session import ray_session
+from drlcli.topology import AvailableDevices, TrainingTopology, detect_available_devices
+from drlcli.topology import topology_for_config as resolve_for
+
+
+@dataclass(frozen=True)
+class TrainingSummary:
+    rounds: int
+    env_steps: int
+    wall_time_s: float
+    best_return: float | None
+    last_return: float | None
+    checkpoint_path: Path
+    best_checkpoint_path: Path
+    metrics_path: Path
+
+
+@dataclass
+class _Progress:
+    round: int = 0
+    env_steps: int = 0
+    wall_time_s: float = 0.0
+    best_return: float | None = None
+
+
+def train(
+    config: Config,
+    *,
+    address: str | None = None,
+    resume: str | Path | None = None,
+    quiet: bool = False,
+    console: Console | None = None,
+    devices: AvailableDevices | None = None,
+) -> TrainingSummary:
+    """Train ``config`` end to end; returns what was written.
+
+    Args:
+        address: Ray cluster address; None starts (and stops) a local Ray.
+        resume: a checkpoint to continue from (its actor semantics must match ``config``).
+        quiet: one plain log line per round instead of the progress bar.
+        devices: override hardware detection (tests).
+    """
+    console = console or Console()
+    devices = devices or detect_available_devices()
+    topology = resolve_for(config, devices)
+    env = make_env(config.env.id, max_episode_steps=config.env.max_episode_steps)
+    facts = env_facts(env)
+    env.close()
+    params = config.algo_params
+    spec = gaussian_actor_spec(params, facts.action_low, facts.action_high)
+    semantics = actor_semantics(spec, facts.obs_dim, facts.action_dim, "clip")
+
+    steps_per_round = topology.num_actors * config.env.num_envs * config.rollout_length
+    total_rounds = math.ceil(config.total_env_steps / steps_per_round)
+    progress = _Progress()
+    stored: dict[str, Any] | None = None
+    if resume is not None:
+        stored = _load_for_resume(Path(resume), config, semantics)
+        progress = _Progress(**stored["progress"])
+        if progress.round >= total_rounds:
+            raise UsageError(
+                f"{resume}: already trained {progress.env_steps} of total_env_steps="
+                f"{config.total_env_steps}; raise total_env_steps in the config to continue"
+            )
+
+    writer = MetricsWriter(config.metrics_path, append=stored is not None)
+    num_cpus = max(os.cpu_count() or 1, topology.num_actors + topology.num_learners)
+    try:
+        with ray_session(address, num_cpus=num_cpus):
+            return _run(
+                config,
+                topology,
+                spec,
+                semantics,
+                facts,
+                stored,
+                progress,
+                total_rounds,
+                steps_per_round,
+                writer,
+                quiet,
+                console,
+            )
+    finally:
+        writer.close()
+
+
+def _load_for_resume(path: Path, config: Config, semantics: dict[str, Any]) -> dict[str, Any]:
+    payload = load_checkpoint(path)
+    validate_actor_semantics(payload.get("actor_semantics"), semantics, source=str(path))
+    if payload.get("algo") != config.algo:
+        raise CheckpointError(
+            f"{path}: checkpoint of algo {payload.get('algo')!r}, config trains {config.algo!r}"
+        )
+    stored_env = payload.get("env", {}).get("id")
+    if stored_env != config.env.id:
+        raise CheckpointError(
+            f"{path}: checkpoint trained {stored_env!r}, config has {config.env.id!r}"
+        )
+    if not payload.get("learner_states"):
+        raise CheckpointError(f"{path}: checkpoint has no learner state to resume from")
+    return payload
+
+
+def _run(
+    config: Config,
+    topology: TrainingTopology,
+    spec: Any,
+    semantics: dict[str, Any],
+    facts: Any,
+    stored: dict[str, Any] | None,
+    progress: _Progress,
+    total_rounds: int,
+    steps_per_round: int,
+    writer: MetricsWriter,
+    quiet: bool,
+    console: Console,
+) -> TrainingSummary:
+    import ray
+
+    from drlcli.algos.ppo.rollout_actor import MuJoCoActor
+    from drlcli.runtime.parameter_server import ParameterServer, average_state_dicts
+    from drlcli.runtime.workers import LearnerWorker
+
+    params = config.algo_params
+    learner_resources = {"num_gpus": 1} if topology.learner_device == "cuda" else {"num_cpus": 1}
+    stored_rms = None if stored is None else stored.get("obs_rms_state")
+    parameter_server = (
+        ray.remote(ParameterServer)
+        .options(num_cpus=0)
+        .remote(None if stored_rms is None else {k: _to_numpy(v) for k, v in stored_rms.items()})
+    )
+    learners = [
+        ray.remote(LearnerWorker)
+        .options(**learner_resources)
+        .remote(
+            spec, facts.obs_dim, facts.action_dim, params, topology.learner_device, config.env.seed
+        )
+        for _ in range(topology.num_learners)
+    ]
+    rollout_actors = [
+        ray.remote(MuJoCoActor)
+        .options(num_cpus=1)
+        .remote(index, config.env, spec, params, config.gamma)
+        for index in range(topology.num_actors)
+    ]
+    handles = [parameter_server, *learners, *rollout_actors]
+    try:
+        if stored is not None:
+            states = stored["learner_states"]
+            if len(states) != len(learners):  # a different device count: start from the mean
+                mean = average_state_dicts(
+                    [{k: v for k, v in s.items() if k != "optimizer"} for s in states]
+                )
+                states = [{**mean, "optimizer": states[0]["optimizer"]}] * len(learners)
+            _get(
+                [
+                    learner.restore.remote(state)
+                    for learner, state in zip(learners, states, strict=True)
+                ]
+            )
+        else:  # identical seeds already give identical learners; broadcasting makes it explicit
+            initial = learners[0].state_dict.remote()
+            _get([learner.load_state_dict.remote(initial) for learner in learners[1:]])
+        parameter_refs = [learner.state_dict.remote() for learner in learners]
+
+        started = time.perf_counter() - progress.wall_time_s
+        last_return: float | None = None
+        display = TrainingProgress(
+            total_env_steps=total_rounds * steps_per_round,
+            completed=progress.env_steps,
+            quiet=quiet,
+            console=console,
+        )
+        with display:
+            for round_index in range(progress.round, total_rounds):
+                round_started = time.perf_counter()
+                obs_rms_ref = parameter_server.get_obs_rms.remote()
+                trajectory_refs, stats_refs = [], []
+                for actor_index, actor in enumerate(rollout_actors):
+                    owner = topology.learner_of_actor(actor_index)
+                    trajectory, stats = actor.sample.options(num_returns=2).remote(
+                        parameter_refs[owner],
+                        config.rollout_length,
+                        config.gamma,
+                        config.gae_lambda,
+                        obs_rms_ref,
+                    )
+                    trajectory_refs.append(trajectory)
+                    stats_refs.append(stats)
+                stats = _get(stats_refs)
+                increment = merge_rms_states(
+                    [RmsState.from_dict(s["obs_rms_moments"]) for s in stats]
+                )
+                parameter_server.update_obs_rms.remote(increment.to_dict())
+
+                fraction_left = 1.0 - round_index / total_rounds
+                learning_rate = params.learning_rate * (
+                    fraction_left if params.anneal_learning_rate else 1.0
+                )
+                state_refs, metric_refs = [], []
+                for learner_index, learner in enumerate(learners):
+                    own = [
+                        trajectory_refs[a]
+                        for a in range(topology.num_actors)
+                        if topology.learner_of_actor(a) == learner_index
+                    ]
+                    state_ref, metric_ref = learner.train_round.options(num_returns=2).remote(
+                        learning_rate, *own
+                    )
+                    state_refs.append(state_ref)
+                    metric_refs.append(metric_ref)
+                learner_metrics = average_metrics(_get(metric_refs))
+                if len(learners) > 1 and (round_index + 1) % config.param_sync_interval == 0:
+                    averaged = parameter_server.average_parameters.remote(*state_refs)
+                    _get([learner.load_state_dict.remote(averaged) for learner in learners])
+                    parameter_refs = [averaged] * len(learners)
+                else:
+                    parameter_refs = state_refs
+
+                returns = [r for s in stats for r in s["episode_returns"]]
+                episodes = sum(s["episodes"] for s in stats)
+                progress.round = round_index + 1
+                progress.env_steps += steps_per_round
+                now = time.perf_counter()
+                progress.wall_time_s = now - started
+                row: dict[str, Any] = {
+                    "round": progress.round,
+                    "env_steps": progress.env_steps,
+                    "wall_time_s": progress.wall_time_s,
+                    "sps": steps_per_round / (now - round_started),
+                    "episodes": episodes,
+                    "episode_return_mean": float(np.mean(returns)) if returns else None,
+                    "episode_return_min": float(np.min(returns)) if returns else None,
+                    "episode_return_max": float(np.max(returns)) if returns else None,
+                    "episode_length_mean": (
+                        sum(s["episode_len_sum"] for s in stats) / episodes if episodes else None
+                    ),
+                    **learner_metrics,
+                }
+                writer.write(row)
+
+                improved = returns and (
+                    progress.best_return is None
+                    or row["episode_return_mean"] > progress.best_return
+                )
+                if returns:
+                    last_return = row["episode_return_mean"]
+                if improved:
+                    progress.best_return = row["episode_return_mean"]
+                payload = _checkpoint_payload(
+                    config,
+                    semantics,
+                    facts,
+                    progress,
+                    _get(parameter_server.get_obs_rms.remote()),
+                    _get([learner.checkpoint_state.remote() for learner in learners]),
+                )
+                save_checkpoint(config.checkpoint_path, payload)
+                if improved:
+                    save_checkpoint(config.best_checkpoint_path, payload)
+                display.update(row, total_rounds)
+    finally:
+        for handle in handles:
+            ray.kill(handle)
+
+    summary = TrainingSummary(
+        rounds=progress.round,
+        env_steps=progress.env_steps,
+        wall_time_s=progress.wall_time_s,
+        best_return=progress.best_return,
+        last_return=last_return,
+        checkpoint_path=config.checkpoint_path,
+        best_checkpoint_path=config.best_checkpoint_path,
+        metrics_path=Path(config.metrics_path),
+    )
+    display.summary(summary)
+    return summary
+
+
+def _get(refs: Any) -> Any:
+    """``ray.get`` that turns a worker's failure into a one-line DrlError."""
+    import ray
+
+    try:
+        return ray.get(refs)
+    except ray.exceptions.RayTaskError as error:
+        cause = error.cause
+        if isinstance(cause, DrlError):
+            raise cause from None
+        if isinstance(cause, ValueError) and "NaN or infinite" in str(cause):
+            raise TrainingError(
+                "the environment returned NaN or infinite observations; check the task"
+            ) from None
+        first_line = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+        raise TrainingError(
+            f"a training worker failed: {type(cause).__name__}: {first_line}"
+        ) from None
+    except ray.exceptions.RayActorError as error:
+        raise TrainingError(f"a training worker died: {error}") from None
+
+
+def _to_numpy(value: Any) -> Any:
+    return value.numpy() if isinstance(value, torch.Tensor) else value
+
+
+def _to_tensors(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(value.copy())
+    if isinstance(value, dict):
+        return {k: _to_tensors(v) for k, v in value.items()}
+    return value
+
+
+def _checkpoint_payload(
+    config: Config,
+    semantics: dict[str, Any],
+    facts: Any,
+    progress: _Progress,
+    obs_rms_state: dict[str, Any] | None,
+    learner_states: list[dict[str, Any]],
+) -> dict[str, Any]:
+    import gymnasium
+    import mujoco
+
+    return {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "algo": config.algo,
+        "actor": learner_states[0]["actor"],
+        "obs_rms_state": _to_tensors(obs_rms_state)
+        if config.algo_params.normalize_observations
+        else None,
+        "observation_clip": config.algo_params.observation_clip,
+        "actor_semantics": semantics,
+        "env": {**facts.to_dict(), "max_episode_steps": config.env.max_episode_steps},
+        "progress": {
+            "round": progress.round,
+            "env_steps": progress.env_steps,
+            "wall_time_s": progress.wall_time_s,
+            "best_return": progress.best_return,
+        },
+        "config": config.to_dict(),
+        "learner_states": learner_states,
+        "versions": {
+            "drl": __version__,
+            "torch": torch.__version__,
+            "gymnasium": gymnasium.__version__,
+            "mujoco": mujoco.__version__,
+        },
+    }
