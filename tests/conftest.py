@@ -24,3 +24,35 @@ def write_config(tmp_path: Path):
         return path
 
     return write
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray for the whole test session; drl's train() reuses an initialised Ray."""
+    import ray
+
+    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    yield
+    ray.shutdown()
+
+
+TINY_PPO = """
+algo: ppo
+env: {{id: InvertedPendulum-v5, num_envs: 2, seed: 3}}
+total_env_steps: {total}
+rollout_length: 64
+output_dir: {output}
+algo_params: {{num_epochs: 2, num_minibatches: 4, hidden_sizes: [16, 16]}}
+"""
+
+
+@pytest.fixture
+def tiny_config(tmp_path: Path):
+    """A two-round PPO config on InvertedPendulum writing into tmp_path/out."""
+
+    def make(name: str = "tiny", total: int = 256, extra: str = "") -> Path:
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(TINY_PPO.format(total=total, output=tmp_path / "out") + extra)
+        return path
+
+    return make

@@ -99,7 +99,7 @@ class GaussianPolicyActor(nn.Module):
     def forward(
         self, obs: torch.Tensor, training: bool = False
     ) -> tuple[torch.Tensor, dict[str, Any]]:
-        """Sample raw actions ``[B, A]``; ``info["log_prob"]`` ``[B]``, ``info["entropy"]`` ``[B]``."""
+        """Sample raw actions ``[B, A]``; info holds ``log_prob`` and ``entropy``, both ``[B]``."""
         mean = self.mean_network(obs)
         actions = mean + torch.exp(self.log_std) * torch.randn_like(mean)  # reparameterised
         info = {

@@ -69,6 +69,7 @@ class TrainingProgress:
             f"sps {row['sps']:.0f} return {_fmt(row['episode_return_mean'])} "
             f"approx_kl {row['approx_kl']:.4f} Loss/value {row['Loss/value']:.4f}",
             highlight=False,
+            soft_wrap=True,
         )
 
     def summary(self, summary: Any) -> None:

@@ -140,6 +140,131 @@ def _load_for_resume(path: Path, config: Config, semantics: dict[str, Any]) -> d
     return payload
 
 
+class PPORoundLoop:
+    """The Ray handles of one PPO run and one method per step of a round.
+
+    ``parameter_refs[l]`` are the parameters learner ``l``'s rollout actors sample with next:
+    that learner's own after a non-sync round, the average of all learners after a sync round.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        topology: TrainingTopology,
+        spec: Any,
+        facts: Any,
+        stored: dict[str, Any] | None = None,
+    ) -> None:
+        import ray
+
+        from drlcli.algos.ppo.rollout_actor import MuJoCoActor
+        from drlcli.runtime.parameter_server import ParameterServer, average_state_dicts
+        from drlcli.runtime.workers import LearnerWorker
+
+        self.config, self.topology = config, topology
+        params = config.algo_params
+        on_gpu = topology.learner_device == "cuda"
+        learner_resources = {"num_gpus": 1} if on_gpu else {"num_cpus": 1}
+        stored_rms = None if stored is None else stored.get("obs_rms_state")
+        self.parameter_server = (
+            ray.remote(ParameterServer)
+            .options(num_cpus=0)
+            .remote(
+                None if stored_rms is None else {k: _to_numpy(v) for k, v in stored_rms.items()}
+            )
+        )
+        self.learners = [
+            ray.remote(LearnerWorker)
+            .options(**learner_resources)
+            .remote(
+                spec,
+                facts.obs_dim,
+                facts.action_dim,
+                params,
+                topology.learner_device,
+                config.env.seed,
+            )
+            for _ in range(topology.num_learners)
+        ]
+        self.rollout_actors = [
+            ray.remote(MuJoCoActor)
+            .options(num_cpus=1)
+            .remote(index, config.env, spec, params, config.gamma)
+            for index in range(topology.num_actors)
+        ]
+        if stored is not None:
+            states = stored["learner_states"]
+            if len(states) != len(self.learners):  # another device count: start from the mean
+                networks = [{k: v for k, v in s.items() if k != "optimizer"} for s in states]
+                states = [{**average_state_dicts(networks), "optimizer": states[0]["optimizer"]}]
+                states *= len(self.learners)
+            _get([w.restore.remote(s) for w, s in zip(self.learners, states, strict=True)])
+        else:  # identical seeds already give identical learners; broadcasting makes it explicit
+            initial = self.learners[0].state_dict.remote()
+            _get([learner.load_state_dict.remote(initial) for learner in self.learners[1:]])
+        self.parameter_refs = [learner.state_dict.remote() for learner in self.learners]
+        self.last_trained_refs: list[Any] = []
+
+    def run_round(self, round_index: int, total_rounds: int) -> tuple[list[dict], dict]:
+        """Sample, merge statistics, train, sync. Returns (rollout stats, learner metrics)."""
+        config, topology, params = self.config, self.topology, self.config.algo_params
+        obs_rms_ref = self.parameter_server.get_obs_rms.remote()
+        trajectory_refs, stats_refs = [], []
+        for actor_index, actor in enumerate(self.rollout_actors):
+            owner = topology.learner_of_actor(actor_index)
+            trajectory, stats = actor.sample.options(num_returns=2).remote(
+                self.parameter_refs[owner],
+                config.rollout_length,
+                config.gamma,
+                config.gae_lambda,
+                obs_rms_ref,
+            )
+            trajectory_refs.append(trajectory)
+            stats_refs.append(stats)
+        stats = _get(stats_refs)
+        # All rollout actors' increments first, then one merge into the global history.
+        increment = merge_rms_states([RmsState.from_dict(s["obs_rms_moments"]) for s in stats])
+        self.parameter_server.update_obs_rms.remote(increment.to_dict())
+
+        fraction_left = 1.0 - round_index / total_rounds
+        learning_rate = params.learning_rate * (
+            fraction_left if params.anneal_learning_rate else 1.0
+        )
+        state_refs, metric_refs = [], []
+        for learner_index, learner in enumerate(self.learners):
+            own = [
+                trajectory_refs[a]
+                for a in range(topology.num_actors)
+                if topology.learner_of_actor(a) == learner_index
+            ]
+            state_ref, metric_ref = learner.train_round.options(num_returns=2).remote(
+                learning_rate, *own
+            )
+            state_refs.append(state_ref)
+            metric_refs.append(metric_ref)
+        learner_metrics = average_metrics(_get(metric_refs))
+        self.last_trained_refs = state_refs
+        if len(self.learners) > 1 and (round_index + 1) % config.param_sync_interval == 0:
+            averaged = self.parameter_server.average_parameters.remote(*state_refs)
+            _get([learner.load_state_dict.remote(averaged) for learner in self.learners])
+            self.parameter_refs = [averaged] * len(self.learners)
+        else:
+            self.parameter_refs = state_refs
+        return stats, learner_metrics
+
+    def checkpoint_parts(self) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        """The global observation statistics and every learner's resumable state."""
+        obs_rms = self.parameter_server.get_obs_rms.remote()
+        states = [learner.checkpoint_state.remote() for learner in self.learners]
+        return _get(obs_rms), _get(states)
+
+    def close(self) -> None:
+        import ray
+
+        for handle in [self.parameter_server, *self.learners, *self.rollout_actors]:
+            ray.kill(handle)
+
+
 def _run(
     config: Config,
     topology: TrainingTopology,
@@ -154,153 +279,46 @@ def _run(
     quiet: bool,
     console: Console,
 ) -> TrainingSummary:
-    import ray
-
-    from drlcli.algos.ppo.rollout_actor import MuJoCoActor
-    from drlcli.runtime.parameter_server import ParameterServer, average_state_dicts
-    from drlcli.runtime.workers import LearnerWorker
-
-    params = config.algo_params
-    learner_resources = {"num_gpus": 1} if topology.learner_device == "cuda" else {"num_cpus": 1}
-    stored_rms = None if stored is None else stored.get("obs_rms_state")
-    parameter_server = (
-        ray.remote(ParameterServer)
-        .options(num_cpus=0)
-        .remote(None if stored_rms is None else {k: _to_numpy(v) for k, v in stored_rms.items()})
+    loop = PPORoundLoop(config, topology, spec, facts, stored)
+    started = time.perf_counter() - progress.wall_time_s
+    last_return: float | None = None
+    display = TrainingProgress(
+        total_env_steps=total_rounds * steps_per_round,
+        completed=progress.env_steps,
+        quiet=quiet,
+        console=console,
     )
-    learners = [
-        ray.remote(LearnerWorker)
-        .options(**learner_resources)
-        .remote(
-            spec, facts.obs_dim, facts.action_dim, params, topology.learner_device, config.env.seed
-        )
-        for _ in range(topology.num_learners)
-    ]
-    rollout_actors = [
-        ray.remote(MuJoCoActor)
-        .options(num_cpus=1)
-        .remote(index, config.env, spec, params, config.gamma)
-        for index in range(topology.num_actors)
-    ]
-    handles = [parameter_server, *learners, *rollout_actors]
     try:
-        if stored is not None:
-            states = stored["learner_states"]
-            if len(states) != len(learners):  # a different device count: start from the mean
-                mean = average_state_dicts(
-                    [{k: v for k, v in s.items() if k != "optimizer"} for s in states]
-                )
-                states = [{**mean, "optimizer": states[0]["optimizer"]}] * len(learners)
-            _get(
-                [
-                    learner.restore.remote(state)
-                    for learner, state in zip(learners, states, strict=True)
-                ]
-            )
-        else:  # identical seeds already give identical learners; broadcasting makes it explicit
-            initial = learners[0].state_dict.remote()
-            _get([learner.load_state_dict.remote(initial) for learner in learners[1:]])
-        parameter_refs = [learner.state_dict.remote() for learner in learners]
-
-        started = time.perf_counter() - progress.wall_time_s
-        last_return: float | None = None
-        display = TrainingProgress(
-            total_env_steps=total_rounds * steps_per_round,
-            completed=progress.env_steps,
-            quiet=quiet,
-            console=console,
-        )
         with display:
             for round_index in range(progress.round, total_rounds):
                 round_started = time.perf_counter()
-                obs_rms_ref = parameter_server.get_obs_rms.remote()
-                trajectory_refs, stats_refs = [], []
-                for actor_index, actor in enumerate(rollout_actors):
-                    owner = topology.learner_of_actor(actor_index)
-                    trajectory, stats = actor.sample.options(num_returns=2).remote(
-                        parameter_refs[owner],
-                        config.rollout_length,
-                        config.gamma,
-                        config.gae_lambda,
-                        obs_rms_ref,
-                    )
-                    trajectory_refs.append(trajectory)
-                    stats_refs.append(stats)
-                stats = _get(stats_refs)
-                increment = merge_rms_states(
-                    [RmsState.from_dict(s["obs_rms_moments"]) for s in stats]
-                )
-                parameter_server.update_obs_rms.remote(increment.to_dict())
-
-                fraction_left = 1.0 - round_index / total_rounds
-                learning_rate = params.learning_rate * (
-                    fraction_left if params.anneal_learning_rate else 1.0
-                )
-                state_refs, metric_refs = [], []
-                for learner_index, learner in enumerate(learners):
-                    own = [
-                        trajectory_refs[a]
-                        for a in range(topology.num_actors)
-                        if topology.learner_of_actor(a) == learner_index
-                    ]
-                    state_ref, metric_ref = learner.train_round.options(num_returns=2).remote(
-                        learning_rate, *own
-                    )
-                    state_refs.append(state_ref)
-                    metric_refs.append(metric_ref)
-                learner_metrics = average_metrics(_get(metric_refs))
-                if len(learners) > 1 and (round_index + 1) % config.param_sync_interval == 0:
-                    averaged = parameter_server.average_parameters.remote(*state_refs)
-                    _get([learner.load_state_dict.remote(averaged) for learner in learners])
-                    parameter_refs = [averaged] * len(learners)
-                else:
-                    parameter_refs = state_refs
-
-                returns = [r for s in stats for r in s["episode_returns"]]
-                episodes = sum(s["episodes"] for s in stats)
+                stats, learner_metrics = loop.run_round(round_index, total_rounds)
                 progress.round = round_index + 1
                 progress.env_steps += steps_per_round
                 now = time.perf_counter()
                 progress.wall_time_s = now - started
-                row: dict[str, Any] = {
-                    "round": progress.round,
-                    "env_steps": progress.env_steps,
-                    "wall_time_s": progress.wall_time_s,
-                    "sps": steps_per_round / (now - round_started),
-                    "episodes": episodes,
-                    "episode_return_mean": float(np.mean(returns)) if returns else None,
-                    "episode_return_min": float(np.min(returns)) if returns else None,
-                    "episode_return_max": float(np.max(returns)) if returns else None,
-                    "episode_length_mean": (
-                        sum(s["episode_len_sum"] for s in stats) / episodes if episodes else None
-                    ),
-                    **learner_metrics,
-                }
-                writer.write(row)
-
-                improved = returns and (
-                    progress.best_return is None
-                    or row["episode_return_mean"] > progress.best_return
+                row = _metrics_row(
+                    progress, stats, learner_metrics, steps_per_round / (now - round_started)
                 )
-                if returns:
-                    last_return = row["episode_return_mean"]
+                writer.write(row)
+                returned = row["episode_return_mean"]
+                improved = returned is not None and (
+                    progress.best_return is None or returned > progress.best_return
+                )
+                if returned is not None:
+                    last_return = returned
                 if improved:
-                    progress.best_return = row["episode_return_mean"]
+                    progress.best_return = returned
+                obs_rms_state, learner_states = loop.checkpoint_parts()
                 payload = _checkpoint_payload(
-                    config,
-                    semantics,
-                    facts,
-                    progress,
-                    _get(parameter_server.get_obs_rms.remote()),
-                    _get([learner.checkpoint_state.remote() for learner in learners]),
+                    config, semantics, facts, progress, obs_rms_state, learner_states
                 )
                 save_checkpoint(config.checkpoint_path, payload)
                 if improved:
                     save_checkpoint(config.best_checkpoint_path, payload)
                 display.update(row, total_rounds)
     finally:
-        for handle in handles:
-            ray.kill(handle)
+        loop.close()
 
     summary = TrainingSummary(
         rounds=progress.round,
@@ -314,6 +332,27 @@ def _run(
     )
     display.summary(summary)
     return summary
+
+
+def _metrics_row(
+    progress: _Progress, stats: list[dict], learner_metrics: dict[str, float], sps: float
+) -> dict[str, Any]:
+    returns = [r for s in stats for r in s["episode_returns"]]
+    episodes = sum(s["episodes"] for s in stats)
+    return {
+        "round": progress.round,
+        "env_steps": progress.env_steps,
+        "wall_time_s": progress.wall_time_s,
+        "sps": sps,
+        "episodes": episodes,
+        "episode_return_mean": float(np.mean(returns)) if returns else None,
+        "episode_return_min": float(np.min(returns)) if returns else None,
+        "episode_return_max": float(np.max(returns)) if returns else None,
+        "episode_length_mean": (
+            sum(s["episode_len_sum"] for s in stats) / episodes if episodes else None
+        ),
+        **learner_metrics,
+    }
 
 
 def _get(refs: Any) -> Any:
@@ -382,8 +421,8 @@ def _checkpoint_payload(
         "learner_states": learner_states,
         "versions": {
             "drl": __version__,
-            "torch": torch.__version__,
-            "gymnasium": gymnasium.__version__,
-            "mujoco": mujoco.__version__,
+            "torch": str(torch.__version__),
+            "gymnasium": str(gymnasium.__version__),
+            "mujoco": str(mujoco.__version__),
         },
     }

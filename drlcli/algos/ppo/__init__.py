@@ -1,1 +1,1 @@
-"""PPO (Schulman et al. 2017): Learner.train_step, the on-policy ReplayBuffer, MuJoCoActor.sample."""
+"""PPO (Schulman et al. 2017): Learner.train_step, the on-policy ReplayBuffer, MuJoCoActor."""

@@ -11,7 +11,7 @@ from drlcli.actors.gaussian import mlp
 
 
 class ValueNetwork(nn.Module):
-    """State-value function ``V(obs) -> [B]`` (separate from the policy, as in PPO's MuJoCo setup)."""
+    """State-value function ``V(obs) -> [B]``, separate from the policy (PPO's MuJoCo setup)."""
 
     def __init__(self, obs_dim: int, hidden_sizes: Sequence[int], activation: str) -> None:
         super().__init__()

@@ -1,0 +1,158 @@
+"""PPO components in-process: ReplayBuffer, MuJoCoActor.sample, Learner.train_step."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from drlcli.algos.ppo.buffer import ReplayBuffer
+from drlcli.algos.ppo.learner import Learner, gaussian_actor_spec
+from drlcli.algos.ppo.rollout_actor import MuJoCoActor
+from drlcli.config import EnvConfig, PPOParams
+from drlcli.errors import TrainingError
+from drlcli.normalization import RmsState, normalize_observation
+
+PARAMS = PPOParams(num_epochs=2, num_minibatches=4, hidden_sizes=(16, 16))
+ENV = EnvConfig(id="InvertedPendulum-v5", num_envs=2, seed=5)
+SPEC = gaussian_actor_spec(PARAMS, [-3.0], [3.0])
+
+
+@pytest.fixture(scope="module")
+def rollout_actor():
+    actor = MuJoCoActor(0, ENV, SPEC, PARAMS, gamma=0.99)
+    yield actor
+    actor.close()
+
+
+@pytest.fixture
+def learner():
+    return Learner(SPEC, obs_dim=4, action_dim=1, params=PARAMS, seed=0)
+
+
+def test_sample_returns_columnar_trajectory_and_stats(rollout_actor, learner):
+    trajectory, stats = rollout_actor.sample(learner.state_dict(), 50, 0.99, 0.95, None)
+    assert set(trajectory) == {"obs", "act", "logp", "value", "adv", "ret"}
+    assert trajectory["obs"].shape == (100, 4) and trajectory["act"].shape == (100, 1)
+    for key in ("logp", "value", "adv", "ret"):
+        assert trajectory[key].shape == (100,) and np.isfinite(trajectory[key]).all()
+    np.testing.assert_allclose(
+        trajectory["ret"], trajectory["adv"] + trajectory["value"], rtol=1e-5
+    )
+    assert stats["actor_id"] == 0
+    assert stats["episodes"] == len(stats["episode_returns"])
+    assert stats["episode_return_sum"] == pytest.approx(sum(stats["episode_returns"]))
+    assert stats["obs_rms_moments"]["count"] == 100.0
+
+
+def test_stored_log_prob_gives_ratio_exactly_one(rollout_actor, learner):
+    # Push the mean out of the action bounds so many samples get clipped for env.step.
+    state = learner.state_dict()
+    state["actor"]["mean_network.4.bias"] = torch.tensor([2.9])
+    state["actor"]["log_std"] = torch.tensor([0.5])
+    trajectory, _ = rollout_actor.sample(state, 50, 0.99, 0.95, None)
+    assert (np.abs(trajectory["act"]) > 3.0).any(), "expected out-of-bounds policy actions"
+    learner.load_state_dict(state)
+    with torch.no_grad():
+        logp, _ = learner.actor.log_prob_and_entropy(
+            torch.from_numpy(trajectory["obs"]), torch.from_numpy(trajectory["act"])
+        )
+    ratio = torch.exp(logp - torch.from_numpy(trajectory["logp"]))
+    torch.testing.assert_close(ratio, torch.ones_like(ratio), rtol=0, atol=1e-6)
+
+
+def test_one_obs_rms_state_for_the_whole_rollout_and_incremental_moments(rollout_actor, learner):
+    state = RmsState(
+        mean=np.array([0.1, -0.2, 0.3, 0.0]), var=np.array([4.0, 1.0, 0.25, 9.0]), count=1e6
+    )
+    trajectory, stats = rollout_actor.sample(learner.state_dict(), 40, 0.99, 0.95, state.to_dict())
+    moments = RmsState.from_dict(stats["obs_rms_moments"])
+    # Only this round's 80 raw observations, not the 1e6 of history.
+    assert moments.count == 80.0
+    # Undo the (fixed) normalisation: the mean of the raw observations must match the moments.
+    raw = trajectory["obs"].astype(np.float64) * np.sqrt(state.var + 1e-8) + state.mean
+    np.testing.assert_allclose(raw.mean(axis=0), moments.mean, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        normalize_observation(raw, state, clip=10.0), trajectory["obs"], atol=1e-5
+    )
+
+
+def test_truncation_bootstraps_from_the_final_observation():
+    short = dataclasses.replace(ENV, num_envs=1, max_episode_steps=5)
+    actor = MuJoCoActor(0, short, SPEC, dataclasses.replace(PARAMS, normalize_rewards=False), 0.9)
+    learner = Learner(SPEC, 4, 1, PARAMS, seed=0)
+    state = learner.state_dict()
+    state["value"]["network.4.bias"] = torch.tensor([100.0])  # V ~ 100 everywhere
+    trajectory, stats = actor.sample(state, 5, 0.9, 1.0, None)
+    actor.close()
+    if stats["episode_returns"] != [5.0]:
+        pytest.skip("pendulum fell before the time limit with this seed")
+    # The last step was truncated: its return bootstraps ~100, not 0.
+    assert trajectory["ret"][-1] > 50.0
+
+
+def test_buffer_rejects_bad_trajectories():
+    buffer = ReplayBuffer()
+    with pytest.raises(ValueError, match="lacks"):
+        buffer.add({"obs": np.zeros((2, 1))})
+    columns = {k: np.zeros(3) for k in ("obs", "act", "logp", "value", "adv")}
+    with pytest.raises(ValueError, match="differ in length"):
+        buffer.add({**columns, "ret": np.zeros(2)})
+    with pytest.raises(ValueError, match="empty"):
+        buffer.data()
+
+
+def test_train_step_reports_buffer_size_before_clearing(rollout_actor, learner):
+    first, _ = rollout_actor.sample(learner.state_dict(), 32, 0.99, 0.95, None)
+    second, _ = rollout_actor.sample(learner.state_dict(), 32, 0.99, 0.95, None)
+    assert learner.add(first, second) == 128
+    state, metrics = learner.train_step(learning_rate=1e-3)
+    assert metrics["buffer_size"] == 128.0
+    assert len(learner.buffer) == 0
+    assert metrics["epochs"] == 2.0
+    assert set(state) == {"actor", "value"}
+    for name in ("Loss/policy", "Loss/value", "Loss/entropy", "approx_kl", "clip_fraction"):
+        assert np.isfinite(metrics[name])
+    assert learner.optimizer.param_groups[0]["lr"] == 1e-3
+
+
+def test_train_step_changes_parameters(rollout_actor, learner):
+    before = learner.state_dict()
+    trajectory, _ = rollout_actor.sample(before, 32, 0.99, 0.95, None)
+    learner.add(trajectory)
+    after, _ = learner.train_step(3e-4)
+    assert not torch.equal(
+        before["actor"]["mean_network.0.weight"], after["actor"]["mean_network.0.weight"]
+    )
+    assert not torch.equal(before["value"]["network.0.weight"], after["value"]["network.0.weight"])
+
+
+def test_kl_early_stop_cuts_the_epochs(rollout_actor):
+    eager = Learner(SPEC, 4, 1, dataclasses.replace(PARAMS, num_epochs=50, target_kl=1e-9), seed=0)
+    trajectory, _ = rollout_actor.sample(eager.state_dict(), 32, 0.99, 0.95, None)
+    eager.add(trajectory)
+    _, metrics = eager.train_step(1e-2)
+    assert metrics["epochs"] < 50
+
+
+def test_gradient_clipping_bounds_the_applied_gradient(rollout_actor):
+    clipped = Learner(SPEC, 4, 1, dataclasses.replace(PARAMS, max_grad_norm=1e-3), seed=0)
+    trajectory, _ = rollout_actor.sample(clipped.state_dict(), 32, 0.99, 0.95, None)
+    clipped.add(trajectory)
+    _, metrics = clipped.train_step(1e-3)
+    # The last minibatch's gradients are still on the parameters: clipped to the bound,
+    # while the reported (pre-clip) norm is far above it.
+    parameters = [*clipped.actor.parameters(), *clipped.value_network.parameters()]
+    applied = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in parameters]))
+    assert applied <= 1e-3 * 1.0001
+    assert metrics["grad_norm"] > 1e-2
+
+
+def test_non_finite_data_fails_with_a_training_error(rollout_actor, learner):
+    trajectory, _ = rollout_actor.sample(learner.state_dict(), 16, 0.99, 0.95, None)
+    trajectory["adv"][:] = np.nan
+    learner.add(trajectory)
+    with pytest.raises(TrainingError, match="non-finite"):
+        learner.train_step(3e-4)

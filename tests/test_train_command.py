@@ -1,0 +1,114 @@
+"""`drl train` as a user runs it: a subprocess with its own local Ray."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from drlcli.checkpoint import load_checkpoint
+from drlcli.config import load_config
+from drlcli.metrics import read_metrics
+
+
+def ray_processes() -> set[int]:
+    found = set()
+    for process in psutil.process_iter(["pid", "name", "cmdline"]):
+        try:
+            command = " ".join(process.info["cmdline"] or [])
+            name = process.info["name"] or ""
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if (
+            name in ("raylet", "gcs_server")
+            or command.startswith("ray::")
+            or (
+                "ray" in command
+                and (
+                    "default_worker.py" in command
+                    or "dashboard" in command
+                    or "log_monitor" in command
+                    or "monitor.py" in command
+                )
+            )
+        ):
+            found.add(process.info["pid"])
+    return found
+
+
+def wait_for_no_new(before: set[int], timeout: float = 20.0) -> set[int]:
+    deadline = time.monotonic() + timeout
+    while True:
+        leftover = {pid for pid in ray_processes() - before if psutil.pid_exists(pid)}
+        if not leftover or time.monotonic() > deadline:
+            return leftover
+        time.sleep(0.5)
+
+
+def drl(*args: str) -> list[str]:
+    return [sys.executable, "-m", "drlcli", *args]
+
+
+ENV = {**os.environ, "COLUMNS": "200", "RAY_ADDRESS": ""}
+
+
+def test_train_command_runs_and_leaves_no_ray_processes(tiny_config):
+    before = ray_processes()
+    path = tiny_config("cli")
+    result = subprocess.run(
+        drl("train", "--quiet", str(path)), capture_output=True, text=True, env=ENV, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    assert "round 2/2" in result.stdout
+    assert "training finished" in result.stdout
+    assert wait_for_no_new(before) == set()
+
+
+def test_ctrl_c_stops_cleanly_and_keeps_the_last_checkpoint(tiny_config):
+    before = ray_processes()
+    path = tiny_config("interrupted", total=128 * 400)
+    config = load_config(path)
+    process = subprocess.Popen(
+        drl("train", "--quiet", str(path)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not config.checkpoint_path.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert config.checkpoint_path.exists(), "training never wrote a checkpoint"
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, stderr
+    assert "interrupted" in stderr
+    assert "Traceback" not in stderr
+    payload = load_checkpoint(config.checkpoint_path)
+    rows = read_metrics(config.metrics_path)
+    assert payload["progress"]["round"] in (len(rows), len(rows) - 1)
+    assert wait_for_no_new(before) == set()
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["train", "--resume", "missing.pt"], 1, "checkpoint not found"),
+    ],
+)
+def test_bad_resume_path_is_one_line(tiny_config, args, code, message):
+    path = tiny_config("bad")
+    result = subprocess.run(
+        drl(args[0], str(path), *args[1:]), capture_output=True, text=True, env=ENV, timeout=120
+    )
+    assert result.returncode == code
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
