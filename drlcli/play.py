@@ -1,0 +1,194 @@
+"""Loading a policy for play, evaluation and export: ``load_play_actor`` and ``run_episodes``.
+
+``load_play_actor`` reads a checkpoint safely, validates its actor_semantics against the
+environment it will run in and against the rebuilt actor, and only then loads the weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from drlcli.actors.spec import ActorSpec, actor_semantics, build_policy_actor
+from drlcli.checkpoint import load_checkpoint, validate_actor_semantics
+from drlcli.envs import EnvFacts, env_facts, make_env
+from drlcli.errors import CheckpointError, SemanticsError
+from drlcli.normalization import RmsState, normalize_observation
+
+
+@dataclass
+class PlayPolicy:
+    """A checkpoint's policy with its frozen observation statistics.
+
+    Attributes:
+        actor: the policy actor, weights loaded, in eval mode.
+        obs_rms: frozen observation statistics (None: observations are used raw).
+        observation_clip: clip of normalised observations.
+        env_id: the environment the checkpoint was trained on (or the validated override).
+        facts: that environment's spaces.
+        max_episode_steps: the time limit training used (None: the task's own).
+        checkpoint: the whole loaded payload.
+    """
+
+    actor: torch.nn.Module
+    obs_rms: RmsState | None
+    observation_clip: float
+    env_id: str
+    facts: EnvFacts
+    max_episode_steps: int | None
+    checkpoint: dict[str, Any]
+
+    def act(self, obs: np.ndarray, deterministic: bool = True, dones: Any = None) -> np.ndarray:
+        """Env actions ``[B, action_dim]`` float32 for raw observations ``[B, obs_dim]``."""
+        normalized = normalize_observation(obs, self.obs_rms, self.observation_clip)
+        with torch.no_grad():
+            actions = self.actor.explore(
+                torch.from_numpy(normalized), dones=dones, deterministic=deterministic
+            )
+        return actions.numpy().astype(np.float32)
+
+
+def load_play_actor(
+    path: str | Path,
+    *,
+    env_id: str | None = None,
+    allow_builders: Iterable[str] = (),
+) -> PlayPolicy:
+    """Load a checkpoint's policy after every semantics check passes.
+
+    Args:
+        path: the checkpoint.
+        env_id: run in this environment instead of the checkpoint's; its spaces must match.
+        allow_builders: modules whose builders may be imported (custom actors only; the
+            built-in ``drlcli.*`` builders need no consent).
+
+    Raises:
+        CheckpointError: unreadable file.
+        SemanticsError: missing/unsupported semantics, a custom builder without consent,
+            or a mismatch with the environment or the rebuilt actor.
+    """
+    payload = load_checkpoint(path)
+    source = str(path)
+    semantics = validate_actor_semantics(payload.get("actor_semantics"), source=source)
+    spec = ActorSpec(semantics["builder"], semantics["kwargs"])
+    if spec.kind != semantics["kind"]:
+        raise SemanticsError(
+            f"{source}: actor_semantics.kind is {semantics['kind']!r} but builder "
+            f"{spec.builder} is {spec.kind}"
+        )
+    if spec.kind == "custom" and spec.module not in set(allow_builders):
+        raise SemanticsError(
+            f"{source}: the policy is built by custom code {spec.builder}; importing it runs "
+            f"that module. If you trust it, pass --allow-builder {spec.module}"
+        )
+    stored_env = payload.get("env") or {}
+    trained_env_id = stored_env.get("id")
+    if not isinstance(trained_env_id, str):
+        raise CheckpointError(f"{source}: checkpoint does not name its environment (env.id)")
+    run_env_id = env_id or trained_env_id
+    env = make_env(run_env_id)
+    facts = env_facts(env)
+    env.close()
+    _check_env_matches(source, semantics, stored_env, facts)
+
+    actor = build_policy_actor(spec, facts.obs_dim, facts.action_dim)
+    rebuilt = actor_semantics(spec, facts.obs_dim, facts.action_dim, actor.action_transform_id)
+    validate_actor_semantics(semantics, rebuilt, source=source)
+    try:
+        actor.load_state_dict(payload["actor"])
+    except (KeyError, RuntimeError) as error:
+        reason = " ".join(str(error).split())[:300]
+        raise CheckpointError(f"{source}: actor weights do not fit the actor: {reason}") from error
+    actor.eval()
+    rms_state = payload.get("obs_rms_state")
+    obs_rms = None
+    if rms_state is not None:
+        obs_rms = RmsState.from_dict({k: _numpy(v) for k, v in rms_state.items()})
+    return PlayPolicy(
+        actor=actor,
+        obs_rms=obs_rms,
+        observation_clip=float(payload.get("observation_clip", 10.0)),
+        env_id=run_env_id,
+        facts=facts,
+        max_episode_steps=stored_env.get("max_episode_steps"),
+        checkpoint=payload,
+    )
+
+
+def _numpy(value: Any) -> Any:
+    return value.numpy() if isinstance(value, torch.Tensor) else value
+
+
+def _check_env_matches(
+    source: str, semantics: dict[str, Any], stored_env: dict[str, Any], facts: EnvFacts
+) -> None:
+    problems = []
+    if semantics["obs_dim"] != facts.obs_dim:
+        problems.append(f"obs_dim: checkpoint {semantics['obs_dim']} != env {facts.obs_dim}")
+    if semantics["action_dim"] != facts.action_dim:
+        problems.append(
+            f"action_dim: checkpoint {semantics['action_dim']} != env {facts.action_dim}"
+        )
+    for bound in ("action_low", "action_high"):
+        stored = stored_env.get(bound)
+        actual = getattr(facts, bound)
+        if stored is None or not np.array_equal(np.asarray(stored, dtype=np.float64), actual):
+            problems.append(f"{bound}: checkpoint {stored} != env {actual.tolist()}")
+    if problems:
+        raise SemanticsError(
+            f"{source}: environment {facts.env_id} does not match the checkpoint: "
+            + "; ".join(problems)
+        )
+
+
+@dataclass(frozen=True)
+class EpisodeResult:
+    episode_return: float
+    length: int
+
+
+def run_episodes(
+    policy: PlayPolicy,
+    episodes: int,
+    seed: int,
+    deterministic: bool = True,
+    env: Any = None,
+    on_frame: Callable[[Any], None] | None = None,
+) -> list[EpisodeResult]:
+    """Run ``episodes`` full episodes; episode ``i`` is reset with ``seed + i``.
+
+    Args:
+        env: an environment to use (e.g. with a render mode); default: a fresh one.
+        on_frame: called with the env after every reset and step (rendering, recording).
+    """
+    own_env = env is None
+    if env is None:
+        env = make_env(policy.env_id, max_episode_steps=policy.max_episode_steps)
+    results = []
+    try:
+        for index in range(episodes):
+            obs, _ = env.reset(seed=seed + index)
+            done = np.ones(1, dtype=bool)
+            if on_frame is not None:
+                on_frame(env)
+            episode_return, length = 0.0, 0
+            while True:
+                action = policy.act(obs[None], deterministic, dones=torch.from_numpy(done))[0]
+                obs, reward, terminated, truncated, _ = env.step(action)
+                done[:] = False
+                episode_return += float(reward)
+                length += 1
+                if on_frame is not None:
+                    on_frame(env)
+                if terminated or truncated:
+                    break
+            results.append(EpisodeResult(episode_return, length))
+    finally:
+        if own_env:
+            env.close()
+    return results
