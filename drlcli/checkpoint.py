@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import pickle
 import tempfile
-import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -67,13 +66,18 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
-        reason = " ".join(str(error).split())[:200]
+        if "Unsupported global" not in str(error):  # garbage bytes, not a code-running object
+            raise CheckpointError(
+                f"{path}: not a readable torch checkpoint (truncated or corrupt?): "
+                f"UnpicklingError: {_unpickler_reason(str(error))}"
+            ) from error
         raise CheckpointError(
             f"{path}: refused to load: the file holds objects that would run code when "
-            f"unpickled; drl checkpoints hold only tensors and plain data ({reason})"
+            f"unpickled; drl checkpoints hold only tensors and plain data "
+            f"({_unpickler_reason(str(error))})"
         ) from error
-    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as error:
-        reason = " ".join(str(error).split())[:200]
+    except Exception as error:  # torch raises many types for garbage input; all mean the same
+        reason = f"{type(error).__name__}: {' '.join(str(error).split())[:160]}"
         raise CheckpointError(
             f"{path}: not a readable torch checkpoint (truncated or corrupt?): {reason}"
         ) from error
@@ -86,6 +90,13 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
             f"(supported: {list(SUPPORTED_FORMAT_VERSIONS)})"
         )
     return payload
+
+
+def _unpickler_reason(message: str) -> str:
+    """The one useful sentence of torch's long weights-only refusal."""
+    detail = message.split("WeightsUnpickler error:", 1)[-1]
+    detail = detail.split("Check the documentation")[0].split(". Please use")[0]
+    return " ".join(detail.split())[:160]
 
 
 _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {

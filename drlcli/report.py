@@ -69,3 +69,18 @@ def render_dry_run(config: Config, console: Console) -> None:
     layout.add_row("checkpoints", f"{config.checkpoint_path}, {config.best_checkpoint_path}")
     console.print(layout)
     console.print("dry run: config valid; nothing started", style="green")
+
+
+def render_audit(report: Any, console: Console) -> None:
+    """The checks of ``drl verify`` as a table, then the one-line verdict."""
+    styles = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red"}
+    table = Table(title=f"verify {report.path}", header_style="bold")
+    table.add_column("check")
+    table.add_column("status")
+    table.add_column("detail", overflow="fold")
+    for check in report.checks:
+        table.add_row(check.name, f"[{styles[check.status]}]{check.status}[/]", check.detail)
+    console.print(table)
+    console.print(
+        report.verdict, style="bold red" if report.failed else "bold green", highlight=False
+    )

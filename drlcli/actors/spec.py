@@ -28,7 +28,9 @@ SEMANTICS_FIELDS = (
     "action_dim",
     "action_transform",
 )
-BUILTIN_PACKAGE = "drlcli."
+# drl's own builders: the only ones imported without the user's consent. FlashSAC's actor
+# joins this set when it lands.
+BUILTIN_BUILDERS = frozenset({"drlcli.actors.gaussian:build_gaussian_actor"})
 BUILDER_PATTERN = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
 
 
@@ -53,8 +55,8 @@ class ActorSpec:
 
     @property
     def kind(self) -> str:
-        """``builtin`` for drl's own builders, ``custom`` for everything else."""
-        return "builtin" if self.builder.startswith(BUILTIN_PACKAGE) else "custom"
+        """``builtin`` for drl's registered builders, ``custom`` for everything else."""
+        return "builtin" if self.builder in BUILTIN_BUILDERS else "custom"
 
     @property
     def module(self) -> str:

@@ -54,7 +54,9 @@ class TrainingSummary:
 
 
 @dataclass
-class _Progress:
+class RunProgress:
+    """The counters a checkpoint stores and resume continues from."""
+
     round: int = 0
     env_steps: int = 0
     wall_time_s: float = 0.0
@@ -79,32 +81,30 @@ def train(
         devices: override hardware detection (tests).
     """
     console = console or Console()
-    devices = devices or detect_available_devices()
-    topology = resolve_for(config, devices)
+    # Counts are checked before anything starts; the hardware may still change the learner
+    # count once a cluster is joined.
+    topology = resolve_for(config, devices or detect_available_devices())
     env = make_env(config.env.id, max_episode_steps=config.env.max_episode_steps)
     facts = env_facts(env)
     env.close()
-    params = config.algo_params
-    spec = gaussian_actor_spec(params, facts.action_low, facts.action_high)
+    spec = gaussian_actor_spec(config.algo_params, facts.action_low, facts.action_high)
     semantics = actor_semantics(spec, facts.obs_dim, facts.action_dim, "clip")
+    stored = None if resume is None else _load_for_resume(Path(resume), config, semantics)
 
-    steps_per_round = topology.num_actors * config.env.num_envs * config.rollout_length
-    total_rounds = math.ceil(config.total_env_steps / steps_per_round)
-    progress = _Progress()
-    stored: dict[str, Any] | None = None
-    if resume is not None:
-        stored = _load_for_resume(Path(resume), config, semantics)
-        progress = _Progress(**stored["progress"])
+    num_cpus = max(os.cpu_count() or 1, topology.num_actors + topology.num_learners)
+    with ray_session(address, num_cpus=num_cpus):
+        if address and devices is None:
+            topology = resolve_for(config, _cluster_devices())
+        steps_per_round = topology.num_actors * config.env.num_envs * config.rollout_length
+        total_rounds = math.ceil(config.total_env_steps / steps_per_round)
+        progress = RunProgress(**stored["progress"]) if stored is not None else RunProgress()
         if progress.round >= total_rounds:
             raise UsageError(
                 f"{resume}: already trained {progress.env_steps} of total_env_steps="
                 f"{config.total_env_steps}; raise total_env_steps in the config to continue"
             )
-
-    writer = MetricsWriter(config.metrics_path, append=stored is not None)
-    num_cpus = max(os.cpu_count() or 1, topology.num_actors + topology.num_learners)
-    try:
-        with ray_session(address, num_cpus=num_cpus):
+        writer = MetricsWriter(config.metrics_path, append=stored is not None)
+        try:
             return _run(
                 config,
                 topology,
@@ -119,8 +119,15 @@ def train(
                 quiet,
                 console,
             )
-    finally:
-        writer.close()
+        finally:
+            writer.close()
+
+
+def _cluster_devices() -> AvailableDevices:
+    """GPUs of the whole Ray cluster (learners may run on any node)."""
+    import ray
+
+    return AvailableDevices(cuda_devices=int(ray.cluster_resources().get("GPU", 0)), mps=False)
 
 
 def _load_for_resume(path: Path, config: Config, semantics: dict[str, Any]) -> dict[str, Any]:
@@ -272,7 +279,7 @@ def _run(
     semantics: dict[str, Any],
     facts: Any,
     stored: dict[str, Any] | None,
-    progress: _Progress,
+    progress: RunProgress,
     total_rounds: int,
     steps_per_round: int,
     writer: MetricsWriter,
@@ -310,7 +317,7 @@ def _run(
                 if improved:
                     progress.best_return = returned
                 obs_rms_state, learner_states = loop.checkpoint_parts()
-                payload = _checkpoint_payload(
+                payload = build_checkpoint_payload(
                     config, semantics, facts, progress, obs_rms_state, learner_states
                 )
                 save_checkpoint(config.checkpoint_path, payload)
@@ -335,7 +342,7 @@ def _run(
 
 
 def _metrics_row(
-    progress: _Progress, stats: list[dict], learner_metrics: dict[str, float], sps: float
+    progress: RunProgress, stats: list[dict], learner_metrics: dict[str, float], sps: float
 ) -> dict[str, Any]:
     returns = [r for s in stats for r in s["episode_returns"]]
     episodes = sum(s["episodes"] for s in stats)
@@ -389,11 +396,11 @@ def _to_tensors(value: Any) -> Any:
     return value
 
 
-def _checkpoint_payload(
+def build_checkpoint_payload(
     config: Config,
     semantics: dict[str, Any],
     facts: Any,
-    progress: _Progress,
+    progress: RunProgress,
     obs_rms_state: dict[str, Any] | None,
     learner_states: list[dict[str, Any]],
 ) -> dict[str, Any]:

@@ -1,0 +1,272 @@
+"""``drl verify``: audit a checkpoint without making the env, starting Ray or importing custom code.
+
+``audit_checkpoint(path)`` loads the file safely (``weights_only``), then runs independent checks,
+each PASS, WARN or FAIL with a reason. A check that cannot run because an earlier one failed is
+reported as FAIL with that reason rather than skipped silently.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from drlcli import __version__
+from drlcli.actors.spec import BUILDER_PATTERN, ActorSpec, resolve_builder
+from drlcli.checkpoint import load_checkpoint, validate_actor_semantics
+from drlcli.errors import DrlError
+
+PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    path: str
+    checks: list[Check]
+
+    @property
+    def failed(self) -> bool:
+        return any(check.status == FAIL for check in self.checks)
+
+    @property
+    def verdict(self) -> str:
+        failures = sum(check.status == FAIL for check in self.checks)
+        warnings = sum(check.status == WARN for check in self.checks)
+        if failures:
+            return f"FAIL: {failures} of {len(self.checks)} checks failed"
+        suffix = f" ({warnings} warnings)" if warnings else ""
+        return f"PASS: all {len(self.checks)} checks passed{suffix}"
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "path": self.path,
+                "verdict": self.verdict,
+                "ok": not self.failed,
+                "checks": [asdict(check) for check in self.checks],
+            },
+            indent=2,
+        )
+
+
+class _Failed(Exception):
+    """A check's failure reason."""
+
+
+class _Warned(Exception):
+    """A check's warning."""
+
+
+def audit_checkpoint(path: str | Path) -> AuditReport:
+    """Audit ``path``. Raises CheckpointError when the file cannot be read at all."""
+    payload = load_checkpoint(path)
+    checks = [_run(name, check, payload) for name, check in _CHECKS]
+    return AuditReport(str(path), checks)
+
+
+def _run(name: str, check: Callable[[dict], str], payload: dict) -> Check:
+    try:
+        return Check(name, PASS, check(payload))
+    except _Warned as warning:
+        return Check(name, WARN, str(warning))
+    except (_Failed, DrlError) as failure:
+        return Check(name, FAIL, " ".join(str(failure).split()))
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
+        return Check(name, FAIL, f"malformed: {type(error).__name__}: {error}")
+
+
+def _require(payload: dict, key: str, kind: type | tuple[type, ...]) -> Any:
+    if key not in payload:
+        raise _Failed(f"'{key}' is missing")
+    value = payload[key]
+    if not isinstance(value, kind):
+        raise _Failed(f"'{key}' has type {type(value).__name__}")
+    return value
+
+
+def _semantics(payload: dict) -> dict:
+    try:
+        return validate_actor_semantics(payload.get("actor_semantics"), source="checkpoint")
+    except DrlError as error:
+        raise _Failed(f"actor_semantics invalid: {error}") from None
+
+
+# --- checks ---------------------------------------------------------------------------------
+
+
+def _check_format(payload: dict) -> str:
+    algo = _require(payload, "algo", str)
+    for key, kind in (
+        ("actor", dict),
+        ("env", dict),
+        ("progress", dict),
+        ("config", dict),
+        ("learner_states", list),
+        ("versions", dict),
+    ):
+        _require(payload, key, kind)
+    if "obs_rms_state" not in payload:
+        raise _Failed("'obs_rms_state' is missing (null is allowed, absence is not)")
+    return f"{payload['format']} v{payload['format_version']}, algo {algo}"
+
+
+def _check_semantics(payload: dict) -> str:
+    semantics = _semantics(payload)
+    return (
+        f"schema v{semantics['schema_version']}, {semantics['kind']} actor, transform "
+        f"{semantics['action_transform']}"
+    )
+
+
+def _check_builder(payload: dict) -> str:
+    semantics = _semantics(payload)
+    builder = semantics["builder"]
+    if not BUILDER_PATTERN.match(builder):
+        raise _Failed(f"builder {builder!r} is not of the form 'pkg.module:callable'")
+    kind = ActorSpec(builder, semantics["kwargs"]).kind
+    if kind != semantics["kind"]:
+        raise _Failed(f"kind is {semantics['kind']!r} but builder {builder} is {kind}")
+    if kind == "custom":
+        raise _Warned(f"custom builder {builder}: playing it imports that module (not done here)")
+    return builder
+
+
+def _check_kwargs(payload: dict) -> str:
+    kwargs = _semantics(payload)["kwargs"]
+    try:
+        json.dumps(kwargs, allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise _Failed(f"kwargs are not JSON-serialisable: {error}") from None
+    return f"{len(kwargs)} JSON-serialisable kwargs"
+
+
+def _check_dims(payload: dict) -> str:
+    semantics = _semantics(payload)
+    obs_dim, action_dim = semantics["obs_dim"], semantics["action_dim"]
+    if obs_dim <= 0 or action_dim <= 0:
+        raise _Failed(f"obs_dim {obs_dim} and action_dim {action_dim} must be positive")
+    shape = payload["env"].get("observation_shape")
+    if shape != [obs_dim]:
+        raise _Failed(f"env observation_shape {shape} != [obs_dim] = [{obs_dim}]")
+    actor = payload["actor"]
+    spec = ActorSpec(semantics["builder"], semantics["kwargs"])
+    if spec.kind != "builtin":  # decided by the builder string, never by the stored kind
+        raise _Warned("custom actor: tensor shapes cannot be checked without building it")
+    # Built-in builders are drl's own code: rebuild on CPU and compare every tensor's shape.
+    reference = resolve_builder(spec)(obs_dim=obs_dim, action_dim=action_dim, **spec.kwargs)
+    expected = {name: tuple(t.shape) for name, t in reference.state_dict().items()}
+    stored = {name: tuple(t.shape) for name, t in actor.items() if isinstance(t, torch.Tensor)}
+    if set(stored) != set(expected) or len(stored) != len(actor):
+        missing = sorted(set(expected) - set(stored))
+        extra = sorted(set(actor) - set(expected))
+        raise _Failed(f"actor tensors differ from the builder's: missing {missing}, extra {extra}")
+    wrong = [f"{n} {stored[n]} != {expected[n]}" for n in expected if stored[n] != expected[n]]
+    if wrong:
+        raise _Failed("actor tensor shapes do not match obs_dim/action_dim: " + "; ".join(wrong))
+    return f"obs_dim {obs_dim}, action_dim {action_dim} match {len(stored)} actor tensors"
+
+
+def _check_action_bounds(payload: dict) -> str:
+    semantics = _semantics(payload)
+    env = payload["env"]
+    low, high = env.get("action_low"), env.get("action_high")
+    if not isinstance(low, list) or not isinstance(high, list):
+        raise _Failed("env action_low / action_high must be lists")
+    if not (len(low) == len(high) == semantics["action_dim"]):
+        raise _Failed(
+            f"bounds have lengths {len(low)}/{len(high)}, action_dim {semantics['action_dim']}"
+        )
+    values = [float(x) for x in low + high]
+    if not all(math.isfinite(x) for x in values):
+        raise _Failed("action bounds are not finite")
+    bad = [i for i, (lo, hi) in enumerate(zip(low, high, strict=True)) if not lo < hi]
+    if bad:
+        raise _Failed(f"action_low >= action_high at dimensions {bad}")
+    return f"{len(low)} finite dimensions with low < high"
+
+
+def _check_obs_rms(payload: dict) -> str:
+    state = payload["obs_rms_state"]
+    if state is None:
+        return "none (observations used raw)"
+    obs_dim = _semantics(payload)["obs_dim"]
+    mean, var, count = state.get("mean"), state.get("var"), state.get("count")
+    for name, tensor in (("mean", mean), ("var", var)):
+        if not isinstance(tensor, torch.Tensor) or tuple(tensor.shape) != (obs_dim,):
+            raise _Failed(f"obs_rms_state.{name} must be a tensor of shape [{obs_dim}]")
+        if not torch.isfinite(tensor).all():
+            raise _Failed(f"obs_rms_state.{name} is not finite")
+    if (var < 0).any():
+        raise _Failed("obs_rms_state.var has negative entries")
+    if not isinstance(count, (int, float)) or not math.isfinite(count) or count <= 0:
+        raise _Failed(f"obs_rms_state.count must be positive, got {count!r}")
+    return f"shape [{obs_dim}], count {count:.0f}"
+
+
+def _tensors(value: Any, prefix: str) -> Iterator[tuple[str, torch.Tensor]]:
+    if isinstance(value, torch.Tensor):
+        yield prefix, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _tensors(item, f"{prefix}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _tensors(item, f"{prefix}[{index}]")
+
+
+def _check_finite(payload: dict) -> str:
+    count, bad = 0, []
+    for name, tensor in _tensors(payload, "checkpoint"):
+        count += 1
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            bad.append(name.removeprefix("checkpoint."))
+    if bad:
+        shown = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        raise _Failed(f"non-finite values in {shown}")
+    return f"{count} tensors, all finite"
+
+
+def _check_progress(payload: dict) -> str:
+    progress = payload["progress"]
+    for key in ("round", "env_steps"):
+        value = progress.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise _Failed(f"progress.{key} must be a non-negative integer, got {value!r}")
+    best = progress.get("best_return")
+    if best is not None and not (isinstance(best, float) and math.isfinite(best)):
+        raise _Failed(f"progress.best_return must be a finite number or null, got {best!r}")
+    return f"round {progress['round']}, {progress['env_steps']} env steps"
+
+
+def _check_versions(payload: dict) -> str:
+    versions = payload["versions"]
+    written = versions.get("drl")
+    if written != __version__:
+        raise _Warned(f"written by drl {written}, this is drl {__version__}")
+    return ", ".join(f"{k} {v}" for k, v in versions.items())
+
+
+_CHECKS: list[tuple[str, Callable[[dict], str]]] = [
+    ("format and fields", _check_format),
+    ("actor_semantics schema", _check_semantics),
+    ("builder", _check_builder),
+    ("kwargs", _check_kwargs),
+    ("dimensions", _check_dims),
+    ("action bounds", _check_action_bounds),
+    ("observation statistics", _check_obs_rms),
+    ("finite tensors", _check_finite),
+    ("progress counters", _check_progress),
+    ("library versions", _check_versions),
+]

@@ -1,0 +1,185 @@
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+
+from drlcli.checkpoint import load_checkpoint, save_checkpoint, validate_actor_semantics
+from drlcli.errors import CheckpointError, SemanticsError
+
+
+def test_round_trip_keeps_every_field(checkpoint_file, ppo_checkpoint_payload):
+    loaded = load_checkpoint(checkpoint_file())
+    assert set(loaded) == set(ppo_checkpoint_payload)
+    assert loaded["actor_semantics"] == ppo_checkpoint_payload["actor_semantics"]
+    for name, tensor in ppo_checkpoint_payload["actor"].items():
+        assert torch.equal(loaded["actor"][name], tensor)
+    assert loaded["progress"] == {
+        "round": 3,
+        "env_steps": 6144,
+        "wall_time_s": 1.5,
+        "best_return": 12.5,
+    }
+
+
+def test_payload_is_plain_data_only(ppo_checkpoint_payload):
+    allowed = (dict, list, tuple, str, int, float, bool, type(None), torch.Tensor)
+
+    def walk(value, path):
+        assert isinstance(value, allowed), f"{path}: {type(value).__name__}"
+        if isinstance(value, dict):
+            for key, item in value.items():
+                assert isinstance(key, (str, int)), f"{path}: key {key!r}"
+                walk(item, f"{path}.{key}")
+        elif isinstance(value, (list, tuple)):
+            for index, item in enumerate(value):
+                walk(item, f"{path}[{index}]")
+
+    walk(ppo_checkpoint_payload, "checkpoint")
+
+
+class _Payload:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_a_pickle_that_would_run_code_is_refused_without_running_it(tmp_path):
+    marker = tmp_path / "pwned"
+    path = tmp_path / "evil.pt"
+    torch.save({"format": "drl-checkpoint", "payload": _Payload(str(marker))}, path)
+    with pytest.raises(CheckpointError, match="refused to load: the file holds objects"):
+        load_checkpoint(path)
+    assert not marker.exists()
+    # The same file with plain pickle *would* run the payload: the test is not vacuous.
+    plain = tmp_path / "plain.pkl"
+    plain.write_bytes(pickle.dumps(_Payload(str(marker))))
+    pickle.loads(plain.read_bytes())
+    assert marker.exists()
+
+
+def _write(path, data: bytes):
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda d: d / "absent.pt", "checkpoint not found"),
+        (lambda d: d, "is a directory"),
+        (lambda d: _write(d / "empty.pt", b""), "checkpoint file is empty"),
+        (lambda d: _write(d / "text.pt", b"hello\n"), "not a readable torch"),
+    ],
+)
+def test_unreadable_paths_raise_checkpoint_error_with_path(tmp_path, make, message):
+    path = make(tmp_path)
+    with pytest.raises(CheckpointError) as error:
+        load_checkpoint(path)
+    assert message in str(error.value) and str(path) in str(error.value)
+
+
+def test_truncated_checkpoint_is_refused(checkpoint_file, tmp_path):
+    data = checkpoint_file().read_bytes()
+    for fraction in (0.1, 0.5, 0.9):
+        truncated = tmp_path / f"cut{fraction}.pt"
+        truncated.write_bytes(data[: int(len(data) * fraction)])
+        with pytest.raises(CheckpointError, match="not a readable torch checkpoint"):
+            load_checkpoint(truncated)
+
+
+def test_foreign_torch_files_and_future_versions_are_refused(tmp_path, checkpoint_file):
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"weights": torch.ones(2)}, foreign)
+    with pytest.raises(CheckpointError, match="not a drl checkpoint"):
+        load_checkpoint(foreign)
+    future = checkpoint_file(lambda p: p.update(format_version=99), name="future.pt")
+    with pytest.raises(CheckpointError, match="format version 99 is not supported"):
+        load_checkpoint(future)
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys, torch
+    from drlcli.checkpoint import save_checkpoint
+    path = sys.argv[1]
+    payloads = [{"format": "drl-checkpoint", "format_version": 1, "tag": tag,
+                 "data": torch.full((400_000,), float(tag))} for tag in (1, 2)]
+    print("ready", flush=True)
+    i = 0
+    while True:
+        save_checkpoint(path, payloads[i % 2])
+        i += 1
+    """
+)
+
+
+def test_killing_the_writer_at_any_moment_leaves_a_complete_file(tmp_path):
+    path = tmp_path / "atomic.pt"
+    save_checkpoint(
+        path,
+        {"format": "drl-checkpoint", "format_version": 1, "tag": 0, "data": torch.zeros(400_000)},
+    )
+    rng = random.Random(0)
+    for _ in range(25):
+        writer = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE, text=True
+        )
+        assert writer.stdout.readline().strip() == "ready"
+        time.sleep(rng.uniform(0.0, 0.15))
+        os.kill(writer.pid, signal.SIGKILL)
+        writer.wait()
+        payload = load_checkpoint(path)
+        assert payload["tag"] in (0, 1, 2)
+        assert torch.equal(payload["data"], torch.full((400_000,), float(payload["tag"])))
+
+
+SEMANTICS = {
+    "schema_version": 1,
+    "kind": "builtin",
+    "builder": "drlcli.actors.gaussian:build_gaussian_actor",
+    "kwargs": {"hidden_sizes": [8]},
+    "obs_dim": 4,
+    "action_dim": 1,
+    "action_transform": "clip",
+}
+
+
+@pytest.mark.parametrize(
+    ("semantics", "message"),
+    [
+        (None, "actor_semantics is missing or null; retraining is the only remedy"),
+        ([1, 2], "actor_semantics must be a mapping"),
+        ({k: v for k, v in SEMANTICS.items() if k != "obs_dim"}, "actor_semantics lacks obs_dim"),
+        ({**SEMANTICS, "schema_version": 0}, "schema_version 0 is not supported"),
+        ({**SEMANTICS, "schema_version": True}, "schema_version True is not supported"),
+        ({**SEMANTICS, "obs_dim": "4"}, "actor_semantics.obs_dim must be int"),
+        ({**SEMANTICS, "kind": "other"}, "kind must be 'builtin' or 'custom'"),
+    ],
+)
+def test_bad_semantics_are_refused_for_every_actor(semantics, message):
+    with pytest.raises(SemanticsError) as error:
+        validate_actor_semantics(semantics)
+    assert message in str(error.value)
+
+
+def test_semantic_mismatch_lists_every_differing_field_with_both_values():
+    expected = {**SEMANTICS, "obs_dim": 11, "kwargs": {"hidden_sizes": [64]}}
+    with pytest.raises(SemanticsError) as error:
+        validate_actor_semantics(SEMANTICS, expected, source="m.pt")
+    text = str(error.value)
+    assert "m.pt: actor_semantics do not match" in text
+    assert "obs_dim: checkpoint 4 != expected 11" in text
+    assert "kwargs: checkpoint {'hidden_sizes': [8]} != expected {'hidden_sizes': [64]}" in text
+    assert "action_dim" not in text
+    assert validate_actor_semantics(SEMANTICS, dict(SEMANTICS)) == SEMANTICS
