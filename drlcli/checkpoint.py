@@ -7,9 +7,7 @@ The fields are documented in Method.md ("Checkpoints").
 
 from __future__ import annotations
 
-import os
 import pickle
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -17,6 +15,7 @@ from typing import Any
 import torch
 
 from drlcli.actors.spec import SEMANTICS_FIELDS, SUPPORTED_SEMANTICS_VERSIONS
+from drlcli.atomic import atomic_output
 from drlcli.errors import CheckpointError, SemanticsError
 
 FORMAT_NAME = "drl-checkpoint"
@@ -25,27 +24,10 @@ SUPPORTED_FORMAT_VERSIONS = (1,)
 
 
 def save_checkpoint(path: str | Path, payload: Mapping[str, Any]) -> Path:
-    """Write ``payload`` atomically: temp file in the same folder, fsync, ``os.replace``.
-
-    A reader (or a crash at any moment) sees either the previous complete file or the new one.
-    """
+    """Write ``payload`` atomically (``drlcli.atomic``): the old or the new file, never a part."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            torch.save(dict(payload), stream)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temp_name, path)
-    except BaseException:
-        Path(temp_name).unlink(missing_ok=True)
-        raise
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)  # make the rename itself durable
-    finally:
-        os.close(directory)
+    with atomic_output(path) as temp:
+        torch.save(dict(payload), temp)
     return path
 
 

@@ -121,10 +121,65 @@ def _not_yet(command: str, issue: str) -> Callable[[], Any]:
 @app.command()
 def play(
     checkpoint: Annotated[Path, typer.Argument(metavar="CKPT", help="Checkpoint to run.")],
-    render: Annotated[bool, typer.Option("--render", help="Open the MuJoCo viewer.")] = False,
+    episodes: Annotated[int, typer.Option("--episodes", min=1, help="Episodes to run.")] = 5,
+    seed: Annotated[int, typer.Option("--seed", help="Episode i is reset with SEED + i.")] = 0,
+    stochastic: Annotated[
+        bool,
+        typer.Option("--stochastic", help="Sample actions (explore) instead of transform(mean)."),
+    ] = False,
+    render: Annotated[
+        bool, typer.Option("--render", help="Show the MuJoCo viewer at real-time pace.")
+    ] = False,
+    video: Annotated[
+        Path | None,
+        typer.Option("--video", metavar="OUT.mp4", help="Record offscreen to a video file."),
+    ] = None,
+    width: Annotated[int, typer.Option("--width", help="Video width in pixels.")] = 640,
+    height: Annotated[int, typer.Option("--height", help="Video height in pixels.")] = 480,
+    fps: Annotated[
+        int | None, typer.Option("--fps", min=1, help="Video frame rate (default: the env's).")
+    ] = None,
+    env_id: Annotated[
+        str | None,
+        typer.Option("--env", metavar="ID", help="Run in another env with identical spaces."),
+    ] = None,
+    allow_builder: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-builder",
+            metavar="MODULE",
+            help="Allow importing this custom actor builder module (repeatable).",
+        ),
+    ] = None,
 ) -> None:
-    """Run a trained policy: print episode returns, show it, or record a video."""
-    _run(_not_yet("play", "planned: load_play_actor, --render, --video"))
+    """Run a trained policy: print episode returns, show it, or record a video.
+
+    The checkpoint's actor_semantics are checked against the environment and the rebuilt actor
+    before any weight is loaded; observations use the checkpoint's frozen statistics.
+    """
+
+    def body() -> None:
+        from drlcli.errors import UsageError
+        from drlcli.play import load_play_actor, play_in_window, record_video, run_episodes
+        from drlcli.report import render_episodes
+
+        if render and video is not None:
+            raise UsageError("choose one of --render and --video")
+        policy = load_play_actor(checkpoint, env_id=env_id, allow_builders=allow_builder or ())
+        deterministic = not stochastic
+        if video is not None:
+            results, frames = record_video(
+                policy, video, episodes, seed, deterministic, width, height, fps
+            )
+            stderr.print(f"wrote {video} ({frames} frames, {width}x{height})", highlight=False)
+        elif render:
+            results = play_in_window(policy, episodes, seed, deterministic)
+        else:
+            results = run_episodes(policy, episodes, seed, deterministic)
+        mode = "deterministic transform(mean)" if deterministic else "stochastic explore"
+        render_episodes(results, f"{policy.env_id}: {checkpoint} ({mode})", stdout)
+
+    _run(body)
 
 
 @app.command()

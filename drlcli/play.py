@@ -17,7 +17,7 @@ import torch
 from drlcli.actors.spec import ActorSpec, actor_semantics, build_policy_actor
 from drlcli.checkpoint import load_checkpoint, validate_actor_semantics
 from drlcli.envs import EnvFacts, env_facts, make_env
-from drlcli.errors import CheckpointError, SemanticsError
+from drlcli.errors import CheckpointError, SemanticsError, UsageError
 from drlcli.normalization import RmsState, normalize_observation
 
 
@@ -192,3 +192,80 @@ def run_episodes(
         if own_env:
             env.close()
     return results
+
+
+def has_display() -> bool:
+    """Whether a window can open (an X11 or Wayland display on Linux; always elsewhere)."""
+    import os
+    import sys
+
+    if sys.platform.startswith("linux"):
+        return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+    return True
+
+
+def play_in_window(policy: PlayPolicy, episodes: int, seed: int, deterministic: bool) -> list:
+    """Run episodes in the MuJoCo viewer at real-time pace (the env's render_fps)."""
+    if not has_display():
+        raise UsageError(
+            "--render needs a display and none was found (no DISPLAY or WAYLAND_DISPLAY); "
+            "record a video instead with --video out.mp4"
+        )
+    env = make_env(policy.env_id, max_episode_steps=policy.max_episode_steps, render_mode="human")
+    try:
+        return run_episodes(policy, episodes, seed, deterministic, env=env)
+    finally:
+        env.close()
+
+
+def record_video(
+    policy: PlayPolicy,
+    path: str | Path,
+    episodes: int,
+    seed: int,
+    deterministic: bool,
+    width: int = 640,
+    height: int = 480,
+    fps: int | None = None,
+) -> tuple[list[EpisodeResult], int]:
+    """Render offscreen and write an MP4 (H.264 via imageio-ffmpeg).
+
+    Frames are written to a temporary file beside ``path`` that replaces it only when every
+    episode has been recorded, so a failure never leaves a truncated video. Returns the episode
+    results and the number of frames (one per reset and one per step).
+    """
+    import os
+
+    import imageio.v2 as imageio
+
+    from drlcli.atomic import atomic_output
+
+    os.environ.setdefault("MUJOCO_GL", "egl" if not has_display() else "glfw")
+    path = Path(path)
+    if path.suffix.lower() not in (".mp4", ".mov", ".mkv"):
+        raise UsageError(f"--video {path}: use a .mp4 (or .mov/.mkv) file name")
+    if width <= 0 or height <= 0 or width % 2 or height % 2:
+        raise UsageError(f"--width/--height must be positive even numbers, got {width}x{height}")
+    env = make_env(
+        policy.env_id,
+        max_episode_steps=policy.max_episode_steps,
+        render_mode="rgb_array",
+        width=width,
+        height=height,
+    )
+    fps = fps or int(env.metadata.get("render_fps", 30))
+    frames = 0
+    with atomic_output(path) as temp:
+        writer = imageio.get_writer(temp, fps=fps, codec="libx264", macro_block_size=1)
+        try:
+
+            def capture(frame_env: Any) -> None:
+                nonlocal frames
+                writer.append_data(frame_env.render())
+                frames += 1
+
+            results = run_episodes(policy, episodes, seed, deterministic, env=env, on_frame=capture)
+        finally:
+            writer.close()
+            env.close()
+    return results, frames

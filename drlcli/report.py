@@ -84,3 +84,25 @@ def render_audit(report: Any, console: Console) -> None:
     console.print(
         report.verdict, style="bold red" if report.failed else "bold green", highlight=False
     )
+
+
+def render_episodes(results: Any, title: str, console: Console) -> None:
+    """Per-episode return and length, then mean +- std."""
+    import statistics
+
+    table = Table(title=title, header_style="bold")
+    table.add_column("episode", justify="right")
+    table.add_column("return", justify="right")
+    table.add_column("length", justify="right")
+    for index, result in enumerate(results):
+        table.add_row(str(index), f"{result.episode_return:.2f}", str(result.length))
+    returns = [r.episode_return for r in results]
+    lengths = [r.length for r in results]
+    spread = statistics.pstdev(returns) if len(returns) > 1 else 0.0
+    table.add_section()
+    table.add_row(
+        "mean",
+        f"{statistics.fmean(returns):.2f} ± {spread:.2f}",
+        f"{statistics.fmean(lengths):.1f}",
+    )
+    console.print(table)

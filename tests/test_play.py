@@ -1,0 +1,162 @@
+"""load_play_actor and `drl play`: semantics checks before weights, episodes, video, consent."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from drlcli.cli import app
+from drlcli.errors import CheckpointError, SemanticsError, UsageError
+from drlcli.play import load_play_actor, play_in_window, record_video, run_episodes
+
+runner = CliRunner()
+
+
+def test_loaded_policy_acts_with_frozen_statistics_and_clipped_mean(checkpoint_file):
+    policy = load_play_actor(checkpoint_file())
+    assert policy.env_id == "InvertedPendulum-v5"
+    obs = np.random.default_rng(0).normal(size=(5, 4))
+    actions = policy.act(obs)
+    normalized = (obs - np.arange(4.0)) / np.sqrt(1.0 + 1e-8)
+    with torch.no_grad():
+        expected = policy.actor.as_export_module()(torch.as_tensor(normalized, dtype=torch.float32))
+    np.testing.assert_allclose(actions, expected.numpy(), atol=1e-6)
+    assert actions.dtype == np.float32 and actions.shape == (5, 1)
+
+
+def test_episodes_are_reproducible_for_a_seed(checkpoint_file):
+    policy = load_play_actor(checkpoint_file())
+    first = run_episodes(policy, 2, seed=4)
+    second = run_episodes(policy, 2, seed=4)
+    assert first == second and len(first) == 2
+    assert all(result.length >= 1 for result in first)
+
+
+def _drop_semantics_and_break_weights(payload):
+    payload["actor_semantics"] = None
+    payload["actor"]["mean_network.0.weight"] = torch.zeros(3, 3)
+
+
+def test_semantics_are_checked_before_any_weight(checkpoint_file):
+    path = checkpoint_file(_drop_semantics_and_break_weights)
+    with pytest.raises(SemanticsError, match="missing or null; retraining is the only remedy"):
+        load_play_actor(path)
+
+
+def test_weights_that_do_not_fit_are_refused(checkpoint_file):
+    def break_weights(payload):
+        payload["actor"]["mean_network.0.weight"] = torch.zeros(3, 3)
+
+    with pytest.raises(CheckpointError, match="actor weights do not fit"):
+        load_play_actor(checkpoint_file(break_weights))
+
+
+def test_env_override_must_match_the_spaces(checkpoint_file):
+    path = checkpoint_file()
+    with pytest.raises(SemanticsError, match="obs_dim: checkpoint 4 != env 9"):
+        load_play_actor(path, env_id="InvertedDoublePendulum-v5")
+    policy = load_play_actor(path, env_id="InvertedPendulum-v4")  # same spaces: allowed
+    assert policy.env_id == "InvertedPendulum-v4"
+
+
+def test_action_bounds_must_match_the_env(checkpoint_file):
+    def other_bounds(payload):
+        payload["env"]["action_high"] = [2.0]
+
+    with pytest.raises(SemanticsError, match=r"action_high: checkpoint \[2.0\] != env \[3.0\]"):
+        load_play_actor(checkpoint_file(other_bounds))
+
+
+def test_semantics_must_match_the_rebuilt_actor(checkpoint_file):
+    def other_transform(payload):
+        payload["actor_semantics"]["action_transform"] = "tanh"
+
+    with pytest.raises(
+        SemanticsError, match="action_transform: checkpoint 'tanh' != expected 'clip'"
+    ):
+        load_play_actor(checkpoint_file(other_transform))
+
+
+CUSTOM_MODULE = """
+from drlcli.actors.gaussian import build_gaussian_actor
+open({marker!r}, "w").close()
+
+def build(obs_dim, action_dim, device="cpu", **kwargs):
+    return build_gaussian_actor(obs_dim, action_dim, device, **kwargs)
+"""
+
+
+def test_custom_builder_needs_consent(checkpoint_file, tmp_path, monkeypatch):
+    marker = tmp_path / "imported"
+    (tmp_path / "my_custom_actor.py").write_text(CUSTOM_MODULE.format(marker=str(marker)))
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def custom(payload):
+        payload["actor_semantics"].update(kind="custom", builder="my_custom_actor:build")
+
+    path = checkpoint_file(custom)
+    with pytest.raises(SemanticsError, match="pass --allow-builder my_custom_actor"):
+        load_play_actor(path)
+    assert not marker.exists()
+    policy = load_play_actor(path, allow_builders=["my_custom_actor"])
+    assert marker.exists()
+    assert policy.act(np.zeros((1, 4))).shape == (1, 1)
+
+
+def test_video_decodes_to_the_expected_frames(checkpoint_file, tmp_path):
+    import imageio.v3 as iio
+
+    policy = load_play_actor(checkpoint_file())
+    path = tmp_path / "clip.mp4"
+    results, frames = record_video(
+        policy, path, episodes=2, seed=0, deterministic=True, width=64, height=48, fps=25
+    )
+    assert frames == sum(r.length for r in results) + len(results)  # a frame per reset and step
+    decoded = iio.imread(path)
+    assert decoded.shape == (frames, 48, 64, 3)
+    assert not list(tmp_path.glob(".clip*")), "temporary file left behind"
+
+
+def test_bad_video_arguments_write_nothing(checkpoint_file, tmp_path):
+    policy = load_play_actor(checkpoint_file())
+    with pytest.raises(UsageError, match="positive even numbers"):
+        record_video(policy, tmp_path / "v.mp4", 1, 0, True, width=63, height=48)
+    with pytest.raises(UsageError, match="use a .mp4"):
+        record_video(policy, tmp_path / "v.gif", 1, 0, True)
+    assert list(tmp_path.glob("v.*")) == []
+
+
+def test_render_without_display_suggests_video(checkpoint_file, monkeypatch):
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    policy = load_play_actor(checkpoint_file())
+    with pytest.raises(UsageError, match="record a video instead with --video out.mp4"):
+        play_in_window(policy, 1, 0, True)
+
+
+def test_play_command_prints_the_episode_table(checkpoint_file):
+    result = runner.invoke(
+        app,
+        ["play", str(checkpoint_file()), "--episodes", "3", "--seed", "1"],
+        env={"COLUMNS": "120"},
+    )
+    assert result.exit_code == 0, result.output
+    assert "deterministic transform(mean)" in result.output
+    assert "mean" in result.output and "±" in result.output
+    stochastic = runner.invoke(
+        app,
+        ["play", str(checkpoint_file()), "--episodes", "1", "--stochastic"],
+        env={"COLUMNS": "120"},
+    )
+    assert stochastic.exit_code == 0 and "stochastic explore" in stochastic.output
+
+
+def test_play_command_errors(checkpoint_file, tmp_path):
+    missing = runner.invoke(app, ["play", str(tmp_path / "none.pt")])
+    assert missing.exit_code == 1 and "checkpoint not found" in missing.output
+    both = runner.invoke(app, ["play", str(checkpoint_file()), "--render", "--video", "x.mp4"])
+    assert both.exit_code == 2 and "choose one of --render and --video" in both.output
+    wrong_env = runner.invoke(app, ["play", str(checkpoint_file()), "--env", "Hopper-v5"])
+    assert wrong_env.exit_code == 1 and "does not match the checkpoint" in wrong_env.output
