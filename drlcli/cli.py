@@ -10,13 +10,13 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, TypeVar
 
 import typer
 from rich.console import Console
 
 from drlcli import __version__
-from drlcli.errors import DrlError, NotImplementedYetError
+from drlcli.errors import DrlError
 
 app = typer.Typer(
     name="drl",
@@ -111,13 +111,6 @@ def train(
     _run(body)
 
 
-def _not_yet(command: str, issue: str) -> Callable[[], Any]:
-    def body() -> None:
-        raise NotImplementedYetError(f"'drl {command}' is not implemented yet ({issue})")
-
-    return body
-
-
 @app.command()
 def play(
     checkpoint: Annotated[Path, typer.Argument(metavar="CKPT", help="Checkpoint to run.")],
@@ -186,9 +179,31 @@ def play(
 def export(
     checkpoint: Annotated[Path, typer.Argument(metavar="CKPT", help="Checkpoint to export.")],
     output: Annotated[Path, typer.Argument(metavar="OUT.onnx", help="ONNX file to write.")],
+    opset: Annotated[int, typer.Option("--opset", help="ONNX opset (17-23).")] = 18,
+    allow_builder: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-builder",
+            metavar="MODULE",
+            help="Allow importing this custom actor builder module (repeatable).",
+        ),
+    ] = None,
 ) -> None:
-    """Export the deterministic policy to ONNX, checked against torch with onnxruntime."""
-    _run(_not_yet("export", "planned: as_export_module to ONNX with a parity gate"))
+    """Export the deterministic policy to ONNX, checked against torch with onnxruntime.
+
+    The graph maps a raw observation (float32 [batch, obs_dim]) to the env action that
+    deterministic `drl play` sends; normalisation and the action transform are inside. The file
+    is written only if onnx.checker passes and onnxruntime matches torch within 1e-5.
+    """
+
+    def body() -> None:
+        from drlcli.export import export_onnx
+        from drlcli.report import render_export
+
+        summary = export_onnx(checkpoint, output, opset=opset, allow_builders=allow_builder or ())
+        render_export(summary, stdout)
+
+    _run(body)
 
 
 @app.command()

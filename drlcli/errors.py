@@ -52,5 +52,5 @@ class TrainingError(DrlError):
     """Training diverged or a worker failed."""
 
 
-class NotImplementedYetError(DrlError):
-    """A planned command that has not landed yet."""
+class ExportError(DrlError):
+    """The ONNX graph could not be built or does not reproduce the torch policy."""

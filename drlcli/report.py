@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from drlcli.config import Config
@@ -105,4 +106,26 @@ def render_episodes(results: Any, title: str, console: Console) -> None:
         f"{statistics.fmean(returns):.2f} ± {spread:.2f}",
         f"{statistics.fmean(lengths):.1f}",
     )
+    console.print(table)
+
+
+def render_export(summary: Any, console: Console) -> None:
+    """What ``drl export`` wrote and how well it matches torch."""
+    table = Table(title=f"exported {summary.path}", header_style="bold")
+    table.add_column("")
+    table.add_column("")
+    table.add_row("file size", f"{summary.file_size_bytes / 1024:.1f} KiB")
+    table.add_row("opset", str(summary.opset))
+    table.add_row(
+        "input / output",
+        escape("obs float32 [batch, obs_dim] -> action float32 [batch, action_dim]"),
+    )
+    table.add_row(
+        "normalisation inside", "yes" if summary.normalization_inside else "no (none trained)"
+    )
+    table.add_row(
+        "parity max |onnx - torch|",
+        f"{summary.max_abs_error:.2e} over {summary.parity_samples} observations",
+    )
+    table.add_row("onnxruntime latency, batch 1", f"{summary.latency_batch1_ms:.3f} ms (median)")
     console.print(table)
