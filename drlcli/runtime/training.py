@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 import os
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,6 +147,32 @@ def _load_for_resume(path: Path, config: Config, semantics: dict[str, Any]) -> d
     if not payload.get("learner_states"):
         raise CheckpointError(f"{path}: checkpoint has no learner state to resume from")
     return payload
+
+
+class StopRequest:
+    """Ctrl-C during training: the first finishes the round in progress (its metrics row and
+    checkpoint are written), the second aborts at once. Outside the main thread it does nothing.
+    """
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.requested = False
+        self._previous: Any = None
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        self.console.print("stopping after this round (Ctrl-C again to abort now)", style="yellow")
+
+    def __enter__(self) -> StopRequest:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
 
 
 class PPORoundLoop:
@@ -296,8 +324,10 @@ def _run(
         console=console,
     )
     try:
-        with display:
+        with display, StopRequest(console) as stop:
             for round_index in range(progress.round, total_rounds):
+                if stop.requested:
+                    raise KeyboardInterrupt
                 round_started = time.perf_counter()
                 stats, learner_metrics = loop.run_round(round_index, total_rounds)
                 progress.round = round_index + 1
