@@ -82,9 +82,51 @@ class PPOParams:
     reward_clip: float = field(default=10.0, metadata=_range(0.0, low_open=True))
 
 
-# Registered algorithms and their parameter dataclasses. FlashSAC joins this table when it lands.
-ALGORITHM_PARAMS: dict[str, type] = {"ppo": PPOParams}
-AlgoParams = PPOParams
+@dataclass(frozen=True)
+class ActorConfig:
+    """A custom policy actor (ADR-0017): ``builder(obs_dim=, action_dim=, device=, **kwargs)``.
+
+    Naming a builder in the config is the user's consent to import that module.
+    """
+
+    builder: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FlashSACParams:
+    """Hyper-parameters of FlashSAC (arXiv 2604.04539); defaults are the paper's sizes."""
+
+    batch_size: int = field(default=512, metadata=_positive())
+    updates_per_env_step: float = field(default=1.0, metadata=_range(0.0, low_open=True))
+    buffer_size: int = field(default=1_000_000, metadata=_positive())
+    warmup_steps: int = field(default=5_000, metadata=_range(0))
+    actor_hidden_dim: int = field(default=128, metadata=_positive())
+    actor_num_blocks: int = field(default=2, metadata=_range(0))
+    critic_hidden_dim: int = field(default=256, metadata=_positive())
+    critic_num_blocks: int = field(default=2, metadata=_range(0))
+    num_bins: int = field(default=101, metadata=_range(2))
+    v_min: float = -5.0
+    v_max: float = 5.0
+    target_tau: float = field(default=0.01, metadata=_range(0.0, 1.0, low_open=True))
+    initial_temperature: float = field(default=0.01, metadata=_range(0.0, low_open=True))
+    target_sigma: float = field(default=0.15, metadata=_range(0.0, low_open=True))
+    learning_rate: float = field(default=3e-4, metadata=_range(0.0, low_open=True))
+    learning_rate_end: float = field(default=1.5e-4, metadata=_range(0.0))
+    actor_update_period: int = field(default=2, metadata=_positive())
+    normalize_rewards: bool = True
+    normalized_return_max: float = field(default=5.0, metadata=_range(0.0, low_open=True))
+    noise_zeta_mu: float = field(default=2.0, metadata=_range(0.0, low_open=True))
+    noise_zeta_max: int = field(default=16, metadata=_positive())
+    actor_normalize_parameters: bool = True
+    critic_normalize_parameters: bool = True
+    use_whole_cycle_cuda_graph: bool | None = None
+    actor_config: ActorConfig | None = None
+
+
+# Registered algorithms and their parameter dataclasses.
+ALGORITHM_PARAMS: dict[str, type] = {"ppo": PPOParams, "flash_sac": FlashSACParams}
+AlgoParams = PPOParams | FlashSACParams
 
 
 @dataclass(frozen=True)
@@ -206,8 +248,11 @@ def config_from_dict(raw: dict[str, Any], default_name: str = "run") -> Config:
     if not isinstance(algo, str) or algo not in ALGORITHM_PARAMS:
         known = ", ".join(sorted(ALGORITHM_PARAMS))
         raise ConfigError(f"algo: unknown algorithm {algo!r}; choose one of: {known}")
-    hints = {"algo_params": ALGORITHM_PARAMS[algo]}
-    config = _build_dataclass(Config, raw, "", hint_overrides=hints)
+    params_type = ALGORITHM_PARAMS[algo]
+    raw.setdefault("algo_params", {})
+    config = _build_dataclass(Config, raw, "", hint_overrides={"algo_params": params_type})
+    if isinstance(config.algo_params, FlashSACParams):
+        _check_flash_sac(config.algo_params)
     name = config.name or default_name
     if not _NAME_PATTERN.match(name):
         raise ConfigError(
@@ -215,6 +260,26 @@ def config_from_dict(raw: dict[str, Any], default_name: str = "run") -> Config:
         )
     metrics_path = config.metrics_path or str(Path(config.output_dir) / f"metrics_{name}.csv")
     return dataclasses.replace(config, name=name, metrics_path=metrics_path)
+
+
+def _check_flash_sac(params: FlashSACParams) -> None:
+    """ADR-0017 rules that need no hardware knowledge (the CUDA auto case is the learner's)."""
+    if params.v_min >= params.v_max:
+        raise ConfigError(
+            f"algo_params.v_min: must be below v_max ({params.v_min} >= {params.v_max})"
+        )
+    if params.actor_config is None:
+        return
+    if params.use_whole_cycle_cuda_graph:
+        raise ConfigError(
+            "algo_params.use_whole_cycle_cuda_graph: a custom actor (actor_config) cannot run in "
+            "a whole-cycle CUDA graph; set it to false"
+        )
+    if not params.actor_normalize_parameters:
+        raise ConfigError(
+            "algo_params.actor_normalize_parameters: false only applies to the built-in actor; "
+            "a custom actor (actor_config) owns normalize_parameters()"
+        )
 
 
 def _build_dataclass(

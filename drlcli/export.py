@@ -56,7 +56,7 @@ class ExportSummary:
     max_abs_error: float
     latency_batch1_ms: float
     parity_samples: int
-    normalization_inside: bool
+    normalization: str
 
 
 def export_onnx(
@@ -126,7 +126,7 @@ def export_onnx(
         max_abs_error=max_error,
         latency_batch1_ms=latency,
         parity_samples=len(observations),
-        normalization_inside=policy.obs_rms is not None,
+        normalization=_normalization(policy),
     )
 
 
@@ -207,6 +207,15 @@ def _latency_ms(session: Any, single: np.ndarray, repeats: int = 200) -> float:
     return float(np.median(timings) * 1000.0)
 
 
+def _normalization(policy: PlayPolicy) -> str:
+    """How the exported graph normalises observations."""
+    if policy.obs_rms is not None:
+        return "frozen observation statistics"
+    if policy.checkpoint.get("algo") == "flash_sac":
+        return "the actor's input BatchNorm (running statistics)"
+    return "none"
+
+
 def _add_metadata(model: Any, policy: PlayPolicy) -> None:
     checkpoint = policy.checkpoint
     entries = {
@@ -214,7 +223,7 @@ def _add_metadata(model: Any, policy: PlayPolicy) -> None:
         "drl.env_id": policy.env_id,
         "drl.algo": str(checkpoint.get("algo")),
         "drl.version": __version__,
-        "drl.normalization_inside": "true" if policy.obs_rms is not None else "false",
+        "drl.normalization": _normalization(policy),
         "drl.action_low": json.dumps(policy.facts.action_low.tolist()),
         "drl.action_high": json.dumps(policy.facts.action_high.tolist()),
     }

@@ -24,6 +24,7 @@ METRIC_SCHEMA: dict[str, str] = {
     "episode_return_min": "lowest such return",
     "episode_return_max": "highest such return",
     "episode_length_mean": "mean length of the episodes finished this round",
+    # PPO
     "Loss/policy": "clipped surrogate loss (negated L^CLIP), minibatch mean",
     "Loss/value": "0.5 * squared value error, minibatch mean",
     "Loss/entropy": "policy entropy, minibatch mean",
@@ -33,12 +34,66 @@ METRIC_SCHEMA: dict[str, str] = {
     "explained_variance": "1 - Var(returns - V) / Var(returns) after the update",
     "learning_rate": "optimiser step size this round",
     "epochs": "epochs started this round (KL early stop may cut the last)",
-    "buffer_size": "samples trained on this round, all learners together",
+    "buffer_size": "PPO: samples trained on this round; FlashSAC: replay size; all learners",
+    # FlashSAC
+    "Loss/critic": "cross-entropy of the critic against the projected target, update mean",
+    "Loss/actor": "E[alpha log pi - min Q] (without aux losses), actor-update mean",
+    "Loss/temperature": "alpha * (H(pi) - H_target), actor-update mean",
+    "temperature": "entropy temperature alpha after the round's last actor update",
+    "entropy": "policy entropy estimate -E[log pi], actor-update mean",
+    "q_mean": "mean predicted Q of replayed (s, a) in scaled-reward units",
+    "updates": "gradient updates this round, per learner",
+    "updates_per_second": "gradient updates per second of update time, per learner",
+}
+COMMON_COLUMNS: tuple[str, ...] = (
+    "round",
+    "env_steps",
+    "wall_time_s",
+    "sps",
+    "episodes",
+    "episode_return_mean",
+    "episode_return_min",
+    "episode_return_max",
+    "episode_length_mean",
+)
+ALGORITHM_COLUMNS: dict[str, tuple[str, ...]] = {
+    "ppo": (
+        "Loss/policy",
+        "Loss/value",
+        "Loss/entropy",
+        "approx_kl",
+        "clip_fraction",
+        "grad_norm",
+        "explained_variance",
+        "learning_rate",
+        "epochs",
+        "buffer_size",
+    ),
+    "flash_sac": (
+        "Loss/critic",
+        "Loss/actor",
+        "Loss/temperature",
+        "temperature",
+        "entropy",
+        "q_mean",
+        "learning_rate",
+        "updates",
+        "updates_per_second",
+        "buffer_size",
+    ),
 }
 OPEN_FAMILIES: tuple[str, ...] = ("Loss/aux_",)
 TIME_COLUMNS: frozenset[str] = frozenset({"wall_time_s", "sps"})
 # Aggregated across learners by sum; every other learner metric is averaged.
 SUMMED_ACROSS_LEARNERS: frozenset[str] = frozenset({"buffer_size"})
+
+
+def metric_columns(algo: str, aux_loss_names: Sequence[str] = ()) -> list[str]:
+    """The CSV columns of a run: common, the algorithm's, then ``Loss/aux_<name>``."""
+    aux = [f"Loss/aux_{name}" for name in sorted(aux_loss_names)]
+    columns = [*COMMON_COLUMNS, *ALGORITHM_COLUMNS[algo], *aux]
+    check_metric_names(columns)
+    return columns
 
 
 def check_metric_names(names: Iterable[str]) -> None:
@@ -77,9 +132,9 @@ class MetricsWriter:
     row is flushed so a crash loses at most the round in progress.
     """
 
-    def __init__(self, path: str | Path, extra_columns: Sequence[str] = (), append: bool = False):
+    def __init__(self, path: str | Path, columns: Sequence[str], append: bool = False):
         self.path = Path(path)
-        self.columns = [*METRIC_SCHEMA, *sorted(extra_columns)]
+        self.columns = list(columns)
         check_metric_names(self.columns)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if append and self.path.exists() and self.path.stat().st_size > 0:

@@ -120,9 +120,7 @@ def render_export(summary: Any, console: Console) -> None:
         "input / output",
         escape("obs float32 [batch, obs_dim] -> action float32 [batch, action_dim]"),
     )
-    table.add_row(
-        "normalisation inside", "yes" if summary.normalization_inside else "no (none trained)"
-    )
+    table.add_row("observation normalisation", summary.normalization)
     table.add_row(
         "parity max |onnx - torch|",
         f"{summary.max_abs_error:.2e} over {summary.parity_samples} observations",

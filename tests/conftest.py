@@ -31,6 +31,10 @@ def ray_cluster():
     """One local Ray for the whole test session; drl's train() reuses an initialised Ray."""
     import ray
 
+    # Ray workers inherit the environment: let them import tests.custom_actors.
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])
+    )
     ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     yield
     ray.shutdown()

@@ -66,7 +66,7 @@ def test_values_are_read_and_converted(write_config):
         ("algo_params: {hidden_sizes: 64}\n", "algo_params.hidden_sizes: expected a list"),
         ("algo_params: {hidden_sizes: [64, x]}\n", "algo_params.hidden_sizes[1]: expected int"),
         ("env: Hopper-v5\n", "env: expected a mapping, got 'Hopper-v5'"),
-        ("algo: dqn\n", "algo: unknown algorithm 'dqn'; choose one of: ppo"),
+        ("algo: dqn\n", "algo: unknown algorithm 'dqn'; choose one of: flash_sac, ppo"),
         ("name: 'a b'\n", "name: 'a b' cannot name output files"),
         ("metrics_path: 3\n", "metrics_path: expected a string, got 3"),
     ],

@@ -30,7 +30,7 @@ def test_export_writes_a_checked_graph_with_metadata(checkpoint_file, tmp_path):
     assert json.loads(metadata["drl.actor_semantics"])["action_transform"] == "clip"
     assert metadata["drl.env_id"] == "InvertedPendulum-v5"
     assert metadata["drl.algo"] == "ppo"
-    assert metadata["drl.normalization_inside"] == "true"
+    assert metadata["drl.normalization"] == "frozen observation statistics"
     session = onnxruntime.InferenceSession(str(out), providers=["CPUExecutionProvider"])
     assert [i.name for i in session.get_inputs()] == ["obs"]
     for batch in (1, 64):

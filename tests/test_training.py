@@ -8,7 +8,7 @@ import torch
 from drlcli.checkpoint import load_checkpoint, validate_actor_semantics
 from drlcli.config import load_config
 from drlcli.errors import SemanticsError, UsageError
-from drlcli.metrics import METRIC_SCHEMA, TIME_COLUMNS, read_metrics
+from drlcli.metrics import TIME_COLUMNS, metric_columns, read_metrics
 from drlcli.runtime.parameter_server import average_state_dicts
 from drlcli.runtime.training import PPORoundLoop, train
 from drlcli.topology import AvailableDevices, topology_for_config
@@ -27,7 +27,7 @@ def test_two_round_smoke_training_writes_metrics_and_both_checkpoints(tiny_confi
     assert summary.rounds == 2 and summary.env_steps == 256
     rows = read_metrics(config.metrics_path)
     assert [row["round"] for row in rows] == ["1", "2"]
-    assert list(rows[0]) == list(METRIC_SCHEMA)
+    assert list(rows[0]) == metric_columns("ppo")
     assert rows[1]["buffer_size"] == "128"
     for path in (config.checkpoint_path, config.best_checkpoint_path):
         payload = load_checkpoint(path)
@@ -46,7 +46,7 @@ def test_same_config_and_seed_give_identical_metrics(tiny_config):
     rows_a, rows_b = read_metrics(first.metrics_path), read_metrics(second.metrics_path)
     assert len(rows_a) == 2
     for row_a, row_b in zip(rows_a, rows_b, strict=True):
-        for column in METRIC_SCHEMA:
+        for column in metric_columns("ppo"):
             if column not in TIME_COLUMNS:
                 assert row_a[column] == row_b[column], column
 

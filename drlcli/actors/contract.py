@@ -45,8 +45,9 @@ SMOKE_BATCH = 3
 def validate_policy_actor(actor: Any, obs_dim: int, action_dim: int) -> None:
     """Check an actor against the contract with a smoke forward/explore/export.
 
-    Model state (parameters and buffers, training flag) and torch's global RNG state are
-    restored exactly afterwards, so validating changes nothing a later run could observe.
+    The smoke test runs on a deep copy (or, for an actor that cannot be copied, in place with
+    parameters, buffers and training flag restored), and torch's global RNG state is restored,
+    so validating changes nothing a later run could observe.
 
     Raises:
         PolicyActorContractError: naming the first missing or wrong piece.
@@ -64,14 +65,25 @@ def validate_policy_actor(actor: Any, obs_dim: int, action_dim: int) -> None:
             f"got {transform_id!r}"
         )
 
-    saved_state = copy.deepcopy(actor.state_dict())
-    saved_training = actor.training
     saved_rng = torch.get_rng_state()
     try:
-        _smoke(actor, name, obs_dim, action_dim)
+        # Smoke-test a copy: the actor itself (parameters, buffers, exploration state) is left
+        # exactly as it was. Actors that cannot be copied are tested in place and restored.
+        probe = copy.deepcopy(actor)
+    except Exception:
+        probe = None
+    try:
+        if probe is not None:
+            _smoke(probe, name, obs_dim, action_dim)
+        else:
+            saved_state = copy.deepcopy(actor.state_dict())
+            saved_training = actor.training
+            try:
+                _smoke(actor, name, obs_dim, action_dim)
+            finally:
+                actor.load_state_dict(saved_state)
+                actor.train(saved_training)
     finally:
-        actor.load_state_dict(saved_state)
-        actor.train(saved_training)
         torch.set_rng_state(saved_rng)
 
 

@@ -28,9 +28,13 @@ SEMANTICS_FIELDS = (
     "action_dim",
     "action_transform",
 )
-# drl's own builders: the only ones imported without the user's consent. FlashSAC's actor
-# joins this set when it lands.
-BUILTIN_BUILDERS = frozenset({"drlcli.actors.gaussian:build_gaussian_actor"})
+# drl's own builders: the only ones imported without the user's consent.
+BUILTIN_BUILDERS = frozenset(
+    {
+        "drlcli.actors.gaussian:build_gaussian_actor",
+        "drlcli.algos.flash_sac.actor:build_flash_sac_actor",
+    }
+)
 BUILDER_PATTERN = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
 
 

@@ -15,6 +15,9 @@ from rich.progress import (
 )
 from rich.table import Table
 
+# Diagnostics added to a --quiet log line when the algorithm reports them.
+_LOG_EXTRAS = ("approx_kl", "Loss/value", "Loss/critic", "temperature", "updates_per_second")
+
 
 def _fmt(value: Any, spec: str = ".1f") -> str:
     return "-" if value is None else format(value, spec)
@@ -64,10 +67,12 @@ class TrainingProgress:
                 ret=_fmt(row["episode_return_mean"]),
             )
             return
+        extras = " ".join(
+            f"{name} {row[name]:.4g}" for name in _LOG_EXTRAS if row.get(name) is not None
+        )
         self.console.print(
             f"round {row['round']}/{total_rounds} env_steps {row['env_steps']} "
-            f"sps {row['sps']:.0f} return {_fmt(row['episode_return_mean'])} "
-            f"approx_kl {row['approx_kl']:.4f} Loss/value {row['Loss/value']:.4f}",
+            f"sps {row['sps']:.0f} return {_fmt(row['episode_return_mean'])} {extras}",
             highlight=False,
             soft_wrap=True,
         )

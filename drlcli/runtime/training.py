@@ -23,7 +23,8 @@ import torch
 from rich.console import Console
 
 from drlcli import __version__
-from drlcli.actors.spec import actor_semantics
+from drlcli.actors.spec import ActorSpec, actor_semantics, build_policy_actor
+from drlcli.algos.flash_sac.learner import flash_sac_actor_spec
 from drlcli.algos.ppo.learner import gaussian_actor_spec
 from drlcli.checkpoint import (
     FORMAT_NAME,
@@ -35,7 +36,7 @@ from drlcli.checkpoint import (
 from drlcli.config import Config
 from drlcli.envs import env_facts, make_env
 from drlcli.errors import CheckpointError, DrlError, TrainingError, UsageError
-from drlcli.metrics import MetricsWriter, average_metrics
+from drlcli.metrics import MetricsWriter, average_metrics, metric_columns
 from drlcli.normalization import RmsState, merge_rms_states
 from drlcli.runtime.progress import TrainingProgress
 from drlcli.runtime.ray_session import ray_session
@@ -89,8 +90,13 @@ def train(
     env = make_env(config.env.id, max_episode_steps=config.env.max_episode_steps)
     facts = env_facts(env)
     env.close()
-    spec = gaussian_actor_spec(config.algo_params, facts.action_low, facts.action_high)
-    semantics = actor_semantics(spec, facts.obs_dim, facts.action_dim, "clip")
+    spec = actor_spec_for(config, facts)
+    # Build the policy actor once here: a broken custom actor fails before anything starts, and
+    # its action transform and aux-loss names are known for the semantics and the CSV header.
+    probe = build_policy_actor(spec, facts.obs_dim, facts.action_dim)
+    semantics = actor_semantics(spec, facts.obs_dim, facts.action_dim, probe.action_transform_id)
+    aux_names = _aux_loss_names(probe, facts.obs_dim)
+    del probe
     stored = None if resume is None else _load_for_resume(Path(resume), config, semantics)
 
     num_cpus = max(os.cpu_count() or 1, topology.num_actors + topology.num_learners)
@@ -105,7 +111,8 @@ def train(
                 f"{resume}: already trained {progress.env_steps} of total_env_steps="
                 f"{config.total_env_steps}; raise total_env_steps in the config to continue"
             )
-        writer = MetricsWriter(config.metrics_path, append=stored is not None)
+        columns = metric_columns(config.algo, aux_names)
+        writer = MetricsWriter(config.metrics_path, columns, append=stored is not None)
         try:
             return _run(
                 config,
@@ -123,6 +130,26 @@ def train(
             )
         finally:
             writer.close()
+
+
+def actor_spec_for(config: Config, facts: Any) -> ActorSpec:
+    """The policy actor of a run: the algorithm's built-in one, or FlashSAC's actor_config."""
+    if config.algo == "flash_sac":
+        return flash_sac_actor_spec(config.algo_params, facts.action_low, facts.action_high)
+    return gaussian_actor_spec(config.algo_params, facts.action_low, facts.action_high)
+
+
+def _aux_loss_names(actor: Any, obs_dim: int) -> list[str]:
+    """The actor's auxiliary-loss names, from one training-mode forward on a copy."""
+    import copy
+
+    probe = copy.deepcopy(actor)
+    rng = torch.get_rng_state()
+    try:
+        _, info = probe(torch.zeros(2, obs_dim), training=True)
+    finally:
+        torch.set_rng_state(rng)
+    return sorted(info.get("aux_losses") or {})
 
 
 def _cluster_devices() -> AvailableDevices:
@@ -300,6 +327,93 @@ class PPORoundLoop:
             ray.kill(handle)
 
 
+class FlashSACRoundLoop:
+    """FlashSAC on Ray: each learner process drives its own rollout actors (EnvStepper) and
+    chooses their actions with ``learner.actor.explore``; a round is ``rollout_length`` steps
+    of every env, with updates interleaved. Sync rounds average all learners' networks."""
+
+    def __init__(
+        self,
+        config: Config,
+        topology: TrainingTopology,
+        spec: Any,
+        facts: Any,
+        stored: dict[str, Any] | None = None,
+    ) -> None:
+        import ray
+
+        from drlcli.algos.flash_sac.collector import EnvStepper, FlashSACWorker
+        from drlcli.runtime.parameter_server import ParameterServer
+
+        self.config, self.topology = config, topology
+        params = config.algo_params
+        on_gpu = topology.learner_device == "cuda"
+        learner_resources = {"num_gpus": 1} if on_gpu else {"num_cpus": 1}
+        self.parameter_server = ray.remote(ParameterServer).options(num_cpus=0).remote(None)
+        self.steppers = [
+            ray.remote(EnvStepper).options(num_cpus=1).remote(index, config.env)
+            for index in range(topology.num_actors)
+        ]
+        transitions_per_learner = config.total_env_steps / topology.num_learners
+        total_updates = math.ceil(transitions_per_learner * params.updates_per_env_step)
+        self.workers = []
+        for learner_index in range(topology.num_learners):
+            own = [
+                stepper
+                for index, stepper in enumerate(self.steppers)
+                if topology.learner_of_actor(index) == learner_index
+            ]
+            self.workers.append(
+                ray.remote(FlashSACWorker)
+                .options(**learner_resources)
+                .remote(
+                    spec,
+                    own,
+                    facts.obs_dim,
+                    facts.action_dim,
+                    facts.action_low.tolist(),
+                    facts.action_high.tolist(),
+                    params,
+                    config.gamma,
+                    config.env.num_envs,
+                    total_updates,
+                    topology.learner_device,
+                    config.env.seed + learner_index,
+                )
+            )
+        if stored is not None:
+            states = stored["learner_states"]
+            states = [states[i % len(states)] for i in range(len(self.workers))]
+            _get([w.restore.remote(s) for w, s in zip(self.workers, states, strict=True)])
+        else:
+            initial = self.workers[0].network_state.remote()
+            _get([worker.load_network_state.remote(initial) for worker in self.workers[1:]])
+
+    def run_round(self, round_index: int, total_rounds: int) -> tuple[list[dict], dict]:
+        stats_refs, metric_refs = [], []
+        for worker in self.workers:
+            stats, metrics = worker.run.options(num_returns=2).remote(self.config.rollout_length)
+            stats_refs.append(stats)
+            metric_refs.append(metrics)
+        stats = _get(stats_refs)
+        learner_metrics = average_metrics(_get(metric_refs))
+        if len(self.workers) > 1 and (round_index + 1) % self.config.param_sync_interval == 0:
+            states = [worker.network_state.remote() for worker in self.workers]
+            averaged = self.parameter_server.average_parameters.remote(*states)
+            _get([worker.load_network_state.remote(averaged) for worker in self.workers])
+        return stats, learner_metrics
+
+    def checkpoint_parts(self) -> tuple[None, list[dict[str, Any]]]:
+        """No observation statistics (the input BatchNorm normalises); every learner's state."""
+        return None, _get([worker.checkpoint_state.remote() for worker in self.workers])
+
+    def close(self) -> None:
+        import ray
+
+        for handle in [self.parameter_server, *self.workers, *self.steppers]:
+            ray.kill(handle)
+
+
 def _run(
     config: Config,
     topology: TrainingTopology,
@@ -314,7 +428,8 @@ def _run(
     quiet: bool,
     console: Console,
 ) -> TrainingSummary:
-    loop = PPORoundLoop(config, topology, spec, facts, stored)
+    loop_type = FlashSACRoundLoop if config.algo == "flash_sac" else PPORoundLoop
+    loop = loop_type(config, topology, spec, facts, stored)
     started = time.perf_counter() - progress.wall_time_s
     last_return: float | None = None
     display = TrainingProgress(
@@ -437,15 +552,19 @@ def build_checkpoint_payload(
     import gymnasium
     import mujoco
 
+    params = config.algo_params
     return {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
         "algo": config.algo,
         "actor": learner_states[0]["actor"],
-        "obs_rms_state": _to_tensors(obs_rms_state)
-        if config.algo_params.normalize_observations
-        else None,
-        "observation_clip": config.algo_params.observation_clip,
+        # PPO with normalisation off and FlashSAC (input BatchNorm inside the actor): none.
+        "obs_rms_state": (
+            _to_tensors(obs_rms_state)
+            if obs_rms_state is not None and getattr(params, "normalize_observations", False)
+            else None
+        ),
+        "observation_clip": getattr(params, "observation_clip", 10.0),
         "actor_semantics": semantics,
         "env": {**facts.to_dict(), "max_episode_steps": config.env.max_episode_steps},
         "progress": {

@@ -1,0 +1,1 @@
+"""FlashSAC (arXiv 2604.04539): unit-norm networks, distributional double critic, learner."""

@@ -1,0 +1,172 @@
+"""The built-in FlashSAC policy actor: a tanh-squashed Gaussian mapped affinely onto the bounds.
+
+    u ~ N(mu(obs), sigma(obs)),   a = bias + range * tanh(u),
+    bias = (high + low) / 2,      range = (high - low) / 2
+    log pi(a) = sum_i [log N(u_i) - log(1 - tanh(u_i)^2) - log range_i]
+
+The log-std is softly bounded: ``log sigma = -10 + 12 * (1 + tanh(z)) / 2`` lies in [-10, 2].
+Exploration holds each env's noise ``eps`` for k steps, k ~ truncated Zeta(mu, max), and redraws
+it when k runs out or that env's episode ends.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from drlcli.algos.flash_sac.layers import FlashSACEncoder, UnitLinear, normalize_module_parameters
+
+LOG_STD_MIN, LOG_STD_MAX = -10.0, 2.0
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+
+def truncated_zeta_pmf(mu: float, max_steps: int) -> torch.Tensor:
+    """``P(k) = k^-mu / sum_j j^-mu`` for ``k = 1..max_steps``."""
+    steps = torch.arange(1, max_steps + 1, dtype=torch.float64)
+    weights = steps.pow(-mu)
+    return (weights / weights.sum()).float()
+
+
+def tanh_log_det_jacobian(u: torch.Tensor) -> torch.Tensor:
+    """``log(1 - tanh(u)^2)``, written stably as ``2 (log 2 - u - softplus(-2u))``."""
+    return 2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))
+
+
+class TanhAffineExport(nn.Module):
+    """``obs [B, O] -> bias + range * tanh(mean(obs))``: the deterministic deployed policy."""
+
+    def __init__(self, actor: FlashSACActor) -> None:
+        super().__init__()
+        self.actor = actor
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        mean, _ = self.actor.get_mean_and_std(obs)
+        return self.actor.transform(mean)
+
+
+class FlashSACActor(nn.Module):
+    """FlashSAC policy: encoder ``[B, O] -> [B, hidden]``, mean and log-std heads."""
+
+    action_transform_id = "tanh_affine"
+
+    def __init__(
+        self,
+        obs_dim: int,
+        action_dim: int,
+        action_low: Sequence[float],
+        action_high: Sequence[float],
+        hidden_dim: int = 128,
+        num_blocks: int = 2,
+        noise_zeta_mu: float = 2.0,
+        noise_zeta_max: int = 16,
+    ) -> None:
+        super().__init__()
+        low = torch.as_tensor(action_low, dtype=torch.float32)
+        high = torch.as_tensor(action_high, dtype=torch.float32)
+        self.encoder = FlashSACEncoder(1, obs_dim, hidden_dim, num_blocks)
+        self.mean_head = UnitLinear(1, hidden_dim, action_dim)
+        self.mean_bias = nn.Parameter(torch.zeros(action_dim))
+        self.log_std_head = UnitLinear(1, hidden_dim, action_dim)
+        self.log_std_bias = nn.Parameter(torch.zeros(action_dim))
+        self.register_buffer("action_bias", (high + low) / 2)
+        self.register_buffer("action_range", (high - low) / 2)
+        self.register_buffer("zeta_pmf", truncated_zeta_pmf(noise_zeta_mu, noise_zeta_max))
+        # Exploration state, per env: held noise and the steps it has left. Not parameters.
+        self._noise: torch.Tensor | None = None
+        self._steps_left: torch.Tensor | None = None
+        self.normalize_parameters()
+
+    def get_mean_and_std(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Pre-squash Gaussian parameters, each ``[B, A]``."""
+        features = self.encoder(obs.unsqueeze(0))
+        mean = (self.mean_head(features) + self.mean_bias)[0]
+        raw = (self.log_std_head(features) + self.log_std_bias)[0]
+        log_std = LOG_STD_MIN + (LOG_STD_MAX - LOG_STD_MIN) * 0.5 * (1.0 + torch.tanh(raw))
+        return mean, log_std.exp()
+
+    def transform(self, u: torch.Tensor) -> torch.Tensor:
+        return self.action_bias + self.action_range * torch.tanh(u)
+
+    def forward(self, obs: torch.Tensor, training: bool = False) -> tuple[torch.Tensor, dict]:
+        """Reparameterised sample ``a [B, A]`` and ``info["log_prob"] [B]`` of ``a`` itself
+        (change of variables through tanh and the affine rescale)."""
+        self.train(training)  # BatchNorm: batch statistics while training, running otherwise
+        mean, std = self.get_mean_and_std(obs)
+        u = mean + std * torch.randn_like(mean)
+        z = (u - mean) / std
+        log_prob = (
+            -0.5 * z.square()
+            - std.log()
+            - _HALF_LOG_2PI
+            - tanh_log_det_jacobian(u)
+            - self.action_range.log()
+        ).sum(-1)
+        return self.transform(u), {"log_prob": log_prob}
+
+    @torch.no_grad()
+    def explore(
+        self, obs: torch.Tensor, dones: torch.Tensor | None = None, deterministic: bool = False
+    ) -> torch.Tensor:
+        """Env actions ``[N, A]`` for N environments; ``dones[i]`` marks env i's new episode."""
+        self.eval()
+        mean, std = self.get_mean_and_std(obs)
+        if deterministic:
+            return self.transform(mean)
+        count = mean.shape[0]
+        if self._noise is None or self._noise.shape != mean.shape:
+            self._noise = torch.zeros_like(mean)
+            self._steps_left = torch.zeros(count, dtype=torch.long, device=mean.device)
+        redraw = self._steps_left <= 0
+        if dones is not None:
+            redraw |= dones.to(device=mean.device, dtype=torch.bool).reshape(count)
+        if redraw.any():
+            fresh = int(redraw.sum())
+            self._noise[redraw] = torch.randn(fresh, mean.shape[1], device=mean.device)
+            held = torch.multinomial(self.zeta_pmf, fresh, replacement=True) + 1
+            self._steps_left[redraw] = held.to(mean.device)
+        self._steps_left -= 1
+        return self.transform(mean + std * self._noise)
+
+    def as_export_module(self) -> nn.Module:
+        self.eval()
+        return TanhAffineExport(self)
+
+    @torch.no_grad()
+    def normalize_parameters(self) -> None:
+        normalize_module_parameters(self)
+
+    def inference_startup_memory_categories(self) -> dict[str, int]:
+        parameters = sum(p.numel() * p.element_size() for p in self.parameters())
+        buffers = sum(b.numel() * b.element_size() for b in self.buffers())
+        return {"parameters": parameters, "buffers": buffers}
+
+
+def build_flash_sac_actor(
+    obs_dim: int,
+    action_dim: int,
+    device: Any = "cpu",
+    *,
+    action_low: Sequence[float],
+    action_high: Sequence[float],
+    hidden_dim: int = 128,
+    num_blocks: int = 2,
+    noise_zeta_mu: float = 2.0,
+    noise_zeta_max: int = 16,
+) -> FlashSACActor:
+    """Builder of the built-in FlashSAC actor (``...flash_sac.actor:build_flash_sac_actor``)."""
+    actor = FlashSACActor(
+        obs_dim,
+        action_dim,
+        action_low,
+        action_high,
+        hidden_dim,
+        num_blocks,
+        noise_zeta_mu,
+        noise_zeta_max,
+    )
+    return actor.to(device)

@@ -1,0 +1,355 @@
+"""The FlashSAC learner: one update of critic, actor and temperature, and its replay buffer.
+
+One call of ``update(batch)`` (the losses as in the paper, SAC with a distributional critic):
+
+    actor (every ``actor_update_period`` updates), on obs and next_obs together:
+        L_pi    = E[ alpha * log pi(a|s) - min_j Q_j(s, a) ] + sum(aux_losses),  a ~ pi(.|s)
+        L_alpha = alpha * E[ H(pi) - H_target ]
+        H_target = A/2 log(2 pi e sigma^2) + sum_i log range_i
+    critic:
+        a' ~ pi(.|s'),  j* = argmin_j E[Q'_j(s', a')]          (target network, lower head)
+        p  = Proj( r + gamma (1 - terminated) (z - alpha log pi(a'|s')) ) of head j*
+        L_Q = - sum_j sum_k p_k log q_j,k(s, a)
+    target:  theta' <- (1 - tau) theta' + tau theta
+
+Learning rates follow a cosine from ``learning_rate`` to ``learning_rate_end`` over the run;
+``normalize_parameters()`` runs after every actor and critic step.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from drlcli.actors.spec import ActorSpec, build_policy_actor
+from drlcli.algos.flash_sac.critic import DoubleCategoricalCritic, categorical_td_target
+from drlcli.config import FlashSACParams
+from drlcli.errors import ConfigError, TrainingError
+
+FLASH_SAC_BUILDER = "drlcli.algos.flash_sac.actor:build_flash_sac_actor"
+
+
+def flash_sac_actor_spec(params: FlashSACParams, action_low: Any, action_high: Any) -> ActorSpec:
+    """The configured custom actor (``actor_config``), else the built-in FlashSAC actor."""
+    if params.actor_config is not None:
+        return ActorSpec(params.actor_config.builder, dict(params.actor_config.kwargs))
+    return ActorSpec(
+        FLASH_SAC_BUILDER,
+        {
+            "action_low": [float(x) for x in action_low],
+            "action_high": [float(x) for x in action_high],
+            "hidden_dim": params.actor_hidden_dim,
+            "num_blocks": params.actor_num_blocks,
+            "noise_zeta_mu": params.noise_zeta_mu,
+            "noise_zeta_max": params.noise_zeta_max,
+        },
+    )
+
+
+def resolve_cuda_graph(params: FlashSACParams, spec: ActorSpec, device: torch.device) -> bool:
+    """Whether the whole update cycle runs as one captured CUDA graph.
+
+    null means auto: on for an NVIDIA CUDA device. A custom actor cannot be captured: it fails
+    closed when the graph is requested explicitly or by the auto default (ADR-0017).
+    """
+    nvidia = device.type == "cuda" and torch.version.cuda is not None
+    wanted = (
+        nvidia if params.use_whole_cycle_cuda_graph is None else params.use_whole_cycle_cuda_graph
+    )
+    if wanted and spec.kind == "custom":
+        source = "explicitly" if params.use_whole_cycle_cuda_graph else "by default on NVIDIA CUDA"
+        raise ConfigError(
+            f"algo_params.use_whole_cycle_cuda_graph is on ({source}) but actor_config names a "
+            "custom actor, which cannot be captured; set use_whole_cycle_cuda_graph: false"
+        )
+    if wanted and device.type != "cuda":
+        raise ConfigError(
+            "algo_params.use_whole_cycle_cuda_graph: true needs a CUDA learner device; "
+            f"this learner runs on {device.type} (use null for automatic)"
+        )
+    if spec.kind == "custom" and not params.actor_normalize_parameters:
+        raise ConfigError(
+            "algo_params.actor_normalize_parameters: false only applies to the built-in actor"
+        )
+    return wanted
+
+
+def target_entropy(action_dim: int, sigma: float, action_range: torch.Tensor) -> float:
+    """Unified entropy target: a Gaussian of std ``sigma`` per dimension, mapped onto the bounds."""
+    gaussian = 0.5 * action_dim * math.log(2 * math.pi * math.e * sigma**2)
+    return gaussian + float(torch.log(action_range.clamp(min=1e-6)).sum())
+
+
+def cosine_learning_rate(start: float, end: float, progress: float) -> float:
+    """``end + (start - end) * (1 + cos(pi * progress)) / 2`` for progress in [0, 1]."""
+    progress = min(max(progress, 0.0), 1.0)
+    return end + (start - end) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+class FlashSACLearner:
+    """Owns ``learner.actor`` (the one policy instance), the critics, temperature, optimisers.
+
+    Args:
+        actor_spec: built-in or custom (``actor_config``) actor.
+        obs_dim, action_dim: sizes.
+        action_low, action_high: env bounds (for the entropy target).
+        params: FlashSAC hyper-parameters.
+        gamma: discount.
+        total_updates: the run's planned number of updates (for the learning-rate schedule).
+        device, seed: torch device; seed of initialisation and sampling.
+    """
+
+    def __init__(
+        self,
+        actor_spec: ActorSpec,
+        obs_dim: int,
+        action_dim: int,
+        action_low: Any,
+        action_high: Any,
+        params: FlashSACParams,
+        gamma: float,
+        total_updates: int,
+        device: str = "cpu",
+        seed: int = 0,
+    ) -> None:
+        torch.manual_seed(seed)
+        self.params, self.gamma = params, gamma
+        self.device = torch.device(device)
+        self.uses_cuda_graph = resolve_cuda_graph(params, actor_spec, self.device)
+        self.actor = build_policy_actor(actor_spec, obs_dim, action_dim, self.device)
+        self.critic = DoubleCategoricalCritic(
+            obs_dim,
+            action_dim,
+            params.critic_hidden_dim,
+            params.critic_num_blocks,
+            params.num_bins,
+            params.v_min,
+            params.v_max,
+        ).to(self.device)
+        self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
+        self.log_temperature = nn.Parameter(
+            torch.tensor(math.log(params.initial_temperature), device=self.device)
+        )
+        action_range = (torch.as_tensor(action_high) - torch.as_tensor(action_low)).float() / 2
+        self.target_entropy = target_entropy(action_dim, params.target_sigma, action_range)
+        fused = self.device.type in ("cpu", "cuda")
+        self.actor_optimizer = torch.optim.Adam(
+            self.actor.parameters(), params.learning_rate, fused=fused
+        )
+        self.critic_optimizer = torch.optim.Adam(
+            self.critic.parameters(), params.learning_rate, fused=fused
+        )
+        self.temperature_optimizer = torch.optim.Adam([self.log_temperature], params.learning_rate)
+        self.total_updates = max(int(total_updates), 1)
+        self.updates = 0
+        self.aux_names: frozenset[str] | None = None
+        if params.actor_normalize_parameters:
+            self.actor.normalize_parameters()
+        if params.critic_normalize_parameters:
+            self.critic.normalize_parameters()
+            self.target_critic.normalize_parameters()
+
+    @property
+    def temperature(self) -> torch.Tensor:
+        return self.log_temperature.exp()
+
+    def _set_learning_rates(self) -> float:
+        rate = cosine_learning_rate(
+            self.params.learning_rate,
+            self.params.learning_rate_end,
+            self.updates / self.total_updates,
+        )
+        for optimizer in (self.actor_optimizer, self.critic_optimizer, self.temperature_optimizer):
+            for group in optimizer.param_groups:
+                group["lr"] = rate
+        return rate
+
+    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        """One FlashSAC update on a sampled batch ``{obs, act, rew, next_obs, terminated}``
+        (rewards already scaled). Returns the scalar diagnostics of this update."""
+        p = self.params
+        obs, act, next_obs = batch["obs"], batch["act"], batch["next_obs"]
+        rewards, terminated = batch["rew"], batch["terminated"]
+        metrics: dict[str, torch.Tensor] = {
+            "learning_rate": torch.tensor(self._set_learning_rates())
+        }
+
+        if self.updates % p.actor_update_period == 0:
+            metrics.update(self._update_actor_and_temperature(obs, next_obs))
+
+        with torch.no_grad():
+            next_actions, info = self.actor(next_obs, training=False)
+            entropy_term = self.temperature * info["log_prob"]
+            self.target_critic.train()  # batch statistics, as the online critic sees them
+            target_q, target_log_probs = self.target_critic(
+                torch.cat([obs, next_obs]), torch.cat([act, next_actions])
+            )
+            next_q, next_log_probs = target_q[:, len(obs) :], target_log_probs[:, len(obs) :]
+            lower = next_q.argmin(dim=0)  # the head with the lower expected Q, per sample
+            chosen = next_log_probs.gather(
+                0, lower.view(1, -1, 1).expand(1, -1, next_log_probs.shape[-1])
+            )[0]
+            target = categorical_td_target(
+                chosen, rewards, terminated, entropy_term, self.gamma, self.critic.atoms
+            )
+        self.critic.train()
+        q, log_probs = self.critic(torch.cat([obs, next_obs]), torch.cat([act, next_actions]))
+        critic_loss = -(target.unsqueeze(0) * log_probs[:, : len(obs)]).sum(-1).mean()
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        self.critic_optimizer.step()
+        if p.critic_normalize_parameters:
+            self.critic.normalize_parameters()
+        with torch.no_grad():
+            for target_param, param in zip(
+                self.target_critic.parameters(), self.critic.parameters(), strict=True
+            ):
+                target_param.lerp_(param, p.target_tau)
+            for target_buffer, buffer in zip(
+                self.target_critic.buffers(), self.critic.buffers(), strict=True
+            ):
+                target_buffer.copy_(buffer)  # running statistics and atoms follow the critic
+        metrics["Loss/critic"] = critic_loss.detach()
+        metrics["q_mean"] = q[:, : len(obs)].mean().detach()
+        self.updates += 1
+        values = {name: float(value) for name, value in metrics.items()}
+        if not all(math.isfinite(v) for v in values.values()):
+            raise TrainingError(
+                "FlashSAC update produced a non-finite loss; lower algo_params.learning_rate "
+                "or check the environment's rewards"
+            )
+        return values
+
+    def _update_actor_and_temperature(
+        self, obs: torch.Tensor, next_obs: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
+        both = torch.cat([obs, next_obs])
+        actions, info = self.actor(both, training=True)
+        log_prob = info["log_prob"][: len(obs)]
+        aux_losses: dict[str, torch.Tensor] = info.get("aux_losses") or {}
+        names = frozenset(aux_losses)
+        if self.aux_names is None:
+            self.aux_names = names
+        elif names != self.aux_names:
+            raise TrainingError(
+                f"the actor's aux_losses changed from {sorted(self.aux_names)} to {sorted(names)}; "
+                "the set of auxiliary losses must stay the same during training"
+            )
+        self.critic.eval()
+        self.critic.requires_grad_(False)  # gradients reach the actor only
+        q, _ = self.critic(obs, actions[: len(obs)])
+        self.critic.requires_grad_(True)
+        alpha = self.temperature.detach()
+        actor_loss = (alpha * log_prob - torch.minimum(q[0], q[1])).mean()
+        total = actor_loss + sum(aux_losses.values(), torch.zeros((), device=obs.device))
+        self.actor_optimizer.zero_grad(set_to_none=True)
+        total.backward()
+        self.actor_optimizer.step()
+        if self.params.actor_normalize_parameters:
+            self.actor.normalize_parameters()
+
+        entropy = -log_prob.detach().mean()
+        temperature_loss = self.temperature * (entropy - self.target_entropy)
+        self.temperature_optimizer.zero_grad(set_to_none=True)
+        temperature_loss.backward()
+        self.temperature_optimizer.step()
+        metrics = {
+            "Loss/actor": actor_loss.detach(),
+            "Loss/temperature": temperature_loss.detach(),
+            "entropy": entropy,
+            "temperature": self.temperature.detach(),
+        }
+        metrics.update({f"Loss/aux_{name}": value.detach() for name, value in aux_losses.items()})
+        return metrics
+
+    # --- state ----------------------------------------------------------------------------
+
+    def network_state(self) -> dict[str, Any]:
+        """Parameters (and statistics buffers) of every network, on CPU: what averaging mixes."""
+
+        def cpu(module: nn.Module) -> dict[str, torch.Tensor]:
+            return {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
+
+        return {
+            "actor": cpu(self.actor),
+            "critic": cpu(self.critic),
+            "target_critic": cpu(self.target_critic),
+            "log_temperature": self.log_temperature.detach().cpu().clone(),
+        }
+
+    def load_network_state(self, state: dict[str, Any]) -> None:
+        self.actor.load_state_dict(state["actor"])
+        self.critic.load_state_dict(state["critic"])
+        self.target_critic.load_state_dict(state["target_critic"])
+        with torch.no_grad():
+            self.log_temperature.copy_(state["log_temperature"])
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything resume needs: networks, optimisers, update counter (schedule position)."""
+        return {
+            **self.network_state(),
+            "actor_optimizer": self.actor_optimizer.state_dict(),
+            "critic_optimizer": self.critic_optimizer.state_dict(),
+            "temperature_optimizer": self.temperature_optimizer.state_dict(),
+            "updates": self.updates,
+            "aux_names": sorted(self.aux_names) if self.aux_names is not None else None,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.load_network_state(state)
+        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
+        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        self.temperature_optimizer.load_state_dict(state["temperature_optimizer"])
+        self.updates = int(state["updates"])
+        names = state.get("aux_names")
+        self.aux_names = frozenset(names) if names is not None else None
+
+
+class ReplayBuffer:
+    """Uniform replay of transitions, a numpy ring buffer living with the learner."""
+
+    def __init__(self, capacity: int, obs_dim: int, action_dim: int, seed: int = 0) -> None:
+        self.capacity = capacity
+        self.obs = np.zeros((capacity, obs_dim), dtype=np.float32)
+        self.next_obs = np.zeros((capacity, obs_dim), dtype=np.float32)
+        self.act = np.zeros((capacity, action_dim), dtype=np.float32)
+        self.rew = np.zeros(capacity, dtype=np.float32)
+        self.terminated = np.zeros(capacity, dtype=np.float32)
+        self.size = 0
+        self._next = 0
+        self._rng = np.random.default_rng(seed)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def add(
+        self,
+        obs: np.ndarray,
+        act: np.ndarray,
+        rew: np.ndarray,
+        next_obs: np.ndarray,
+        terminated: np.ndarray,
+    ) -> None:
+        """Add ``n`` transitions (arrays with a leading axis ``n``). ``next_obs`` is the
+        observation before any reset (the final one on a truncated step)."""
+        count = len(obs)
+        index = (self._next + np.arange(count)) % self.capacity
+        self.obs[index], self.act[index], self.rew[index] = obs, act, rew
+        self.next_obs[index], self.terminated[index] = next_obs, terminated
+        self._next = (self._next + count) % self.capacity
+        self.size = min(self.size + count, self.capacity)
+
+    def sample(self, batch_size: int, reward_scale: float, device: torch.device) -> dict:
+        index = self._rng.integers(0, self.size, size=batch_size)
+        return {
+            "obs": torch.from_numpy(self.obs[index]).to(device),
+            "act": torch.from_numpy(self.act[index]).to(device),
+            "rew": torch.from_numpy(self.rew[index] / np.float32(reward_scale)).to(device),
+            "next_obs": torch.from_numpy(self.next_obs[index]).to(device),
+            "terminated": torch.from_numpy(self.terminated[index]).to(device),
+        }

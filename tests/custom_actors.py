@@ -1,0 +1,66 @@
+"""Custom policy actors for the ADR-0017 injection tests (a stand-in for a downstream package)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from drlcli.algos.flash_sac.actor import FlashSACActor
+
+
+class AuxLossActor(FlashSACActor):
+    """The FlashSAC actor plus an auxiliary loss that pulls actions towards zero."""
+
+    def __init__(
+        self, *args: Any, aux_weight: float = 0.1, drift_after: int | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.aux_weight = aux_weight
+        self.drift_after = drift_after  # emit a different aux name after this many calls
+        self.training_calls = 0
+
+    def forward(self, obs: torch.Tensor, training: bool = False) -> tuple[torch.Tensor, dict]:
+        actions, info = super().forward(obs, training)
+        if training:
+            self.training_calls += 1
+            name = "action_l2"
+            if self.drift_after is not None and self.training_calls > self.drift_after:
+                name = "something_else"
+            info["aux_losses"] = {name: self.aux_weight * actions.square().mean()}
+        return actions, info
+
+
+def build(
+    obs_dim: int,
+    action_dim: int,
+    device: Any = "cpu",
+    *,
+    action_low: list[float],
+    action_high: list[float],
+    hidden_dim: int = 16,
+    aux_weight: float = 0.1,
+    drift_after: int | None = None,
+) -> AuxLossActor:
+    actor = AuxLossActor(
+        obs_dim,
+        action_dim,
+        action_low,
+        action_high,
+        hidden_dim,
+        1,
+        aux_weight=aux_weight,
+        drift_after=drift_after,
+    )
+    return actor.to(device)
+
+
+def build_with_seed(seed: int, obs_dim: int, action_dim: int) -> dict[str, torch.Tensor]:
+    """Rebuild from the spec in whatever process calls this (the spawn test)."""
+    from drlcli.actors.spec import ActorSpec, build_policy_actor
+
+    torch.manual_seed(seed)
+    spec = ActorSpec("tests.custom_actors:build", {"action_low": [-1.0], "action_high": [1.0]})
+    return {
+        k: v.clone() for k, v in build_policy_actor(spec, obs_dim, action_dim).state_dict().items()
+    }

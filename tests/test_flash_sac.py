@@ -1,0 +1,317 @@
+"""FlashSAC components in-process: layers, actor, critic target, learner, ADR-0017 rules."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import multiprocessing
+
+import numpy as np
+import pytest
+import torch
+from torch.distributions import Normal, TransformedDistribution
+from torch.distributions.transforms import AffineTransform, TanhTransform
+
+from drlcli.actors.contract import validate_policy_actor
+from drlcli.actors.spec import ActorSpec
+from drlcli.algos.flash_sac.actor import build_flash_sac_actor, truncated_zeta_pmf
+from drlcli.algos.flash_sac.critic import ReturnScaler, categorical_td_target
+from drlcli.algos.flash_sac.layers import UnitBatchNorm, UnitLinear, UnitRMSNorm
+from drlcli.algos.flash_sac.learner import (
+    FlashSACLearner,
+    ReplayBuffer,
+    cosine_learning_rate,
+    flash_sac_actor_spec,
+    resolve_cuda_graph,
+)
+from drlcli.config import ActorConfig, FlashSACParams, config_from_dict
+from drlcli.errors import ConfigError, TrainingError
+
+LOW, HIGH = [-1.0, 0.0], [1.0, 4.0]  # a non-symmetric range: the affine part matters
+SMALL = FlashSACParams(
+    batch_size=32,
+    actor_hidden_dim=16,
+    actor_num_blocks=1,
+    critic_hidden_dim=16,
+    critic_num_blocks=1,
+    num_bins=21,
+)
+CUSTOM = ActorConfig("tests.custom_actors:build", {"action_low": LOW, "action_high": HIGH})
+
+
+def make_actor(**kwargs):
+    return build_flash_sac_actor(
+        5, 2, action_low=LOW, action_high=HIGH, hidden_dim=16, num_blocks=1, **kwargs
+    )
+
+
+def make_learner(params=SMALL, seed=0):
+    spec = flash_sac_actor_spec(params, LOW, HIGH)
+    return FlashSACLearner(spec, 5, 2, LOW, HIGH, params, 0.99, total_updates=100, seed=seed)
+
+
+def random_batch(size=32, seed=0):
+    rng = np.random.default_rng(seed)
+    buffer = ReplayBuffer(256, 5, 2, seed)
+    buffer.add(
+        rng.normal(size=(256, 5)),
+        rng.uniform(LOW, HIGH, (256, 2)),
+        rng.normal(size=256),
+        rng.normal(size=(256, 5)),
+        rng.random(256) < 0.1,
+    )
+    return buffer.sample(size, reward_scale=1.0, device=torch.device("cpu"))
+
+
+def test_unit_norm_constraints_hold_after_normalize():
+    linear, norm, rms = UnitLinear(2, 6, 4), UnitBatchNorm(2, 8), UnitRMSNorm(2, 8)
+    with torch.no_grad():
+        for p in [linear.weight, norm.weight, norm.bias, rms.weight]:
+            p.mul_(3.0).add_(0.5)
+    for layer in (linear, norm, rms):
+        layer.normalize_parameters()
+    torch.testing.assert_close(linear.weight.norm(dim=-1), torch.ones(2, 4))
+    affine = (norm.weight.square() + norm.bias.square()).sum(-1).sqrt()
+    torch.testing.assert_close(affine, torch.full((2,), math.sqrt(8)))
+    torch.testing.assert_close(rms.weight.norm(dim=-1), torch.full((2,), math.sqrt(8)))
+
+
+def test_builtin_actor_passes_the_contract():
+    actor = make_actor()
+    validate_policy_actor(actor, 5, 2)
+    assert actor.action_transform_id == "tanh_affine"
+
+
+def test_log_prob_is_the_change_of_variables_through_tanh_and_affine():
+    actor = make_actor()
+    obs = torch.randn(64, 5)
+    torch.manual_seed(1)
+    actions, info = actor(obs, training=False)
+    mean, std = actor.get_mean_and_std(obs)
+    reference = TransformedDistribution(
+        Normal(mean, std),
+        [TanhTransform(cache_size=1), AffineTransform(actor.action_bias, actor.action_range)],
+    )
+    # Recompute with the same noise: the reference's log_prob of the same actions.
+    torch.testing.assert_close(
+        info["log_prob"], reference.log_prob(actions).sum(-1), rtol=1e-3, atol=2e-3
+    )
+    assert (actions >= torch.tensor(LOW)).all() and (actions <= torch.tensor(HIGH)).all()
+    assert (std >= math.exp(-10) - 1e-9).all() and (std <= math.exp(2) + 1e-6).all()
+
+
+def test_explore_deterministic_training_mean_and_export_agree():
+    actor = make_actor()
+    obs = torch.randn(7, 5)
+    deterministic = actor.explore(obs, deterministic=True)
+    mean, _ = actor.get_mean_and_std(obs)
+    expected = actor.action_bias + actor.action_range * torch.tanh(mean)
+    torch.testing.assert_close(deterministic, expected)
+    torch.testing.assert_close(actor.as_export_module()(obs), expected)
+
+
+def test_exploration_noise_is_held_and_redrawn_per_env_on_done():
+    actor = make_actor(noise_zeta_mu=0.01, noise_zeta_max=16)  # nearly uniform hold lengths
+    obs = torch.zeros(3, 5)
+    mean, std = actor.get_mean_and_std(obs)
+
+    def noise_of(actions):
+        u = torch.atanh(
+            ((actions - actor.action_bias) / actor.action_range).clamp(-0.999999, 0.999999)
+        )
+        return (u - mean) / std
+
+    torch.manual_seed(0)
+    first = noise_of(actor.explore(obs, dones=torch.ones(3, dtype=torch.bool)))
+    held = actor._steps_left.clone() + 1
+    second = noise_of(actor.explore(obs, dones=torch.zeros(3, dtype=torch.bool)))
+    for env in range(3):
+        if held[env] > 1:  # still within its hold: same noise
+            torch.testing.assert_close(second[env], first[env], rtol=1e-3, atol=1e-3)
+    done_env0 = torch.tensor([True, False, False])
+    actor._steps_left[:] = 5
+    before = noise_of(actor.explore(obs, dones=torch.zeros(3, dtype=torch.bool)))
+    after = noise_of(actor.explore(obs, dones=done_env0))
+    assert not torch.allclose(after[0], before[0], atol=1e-3)  # env 0 redrew
+    torch.testing.assert_close(after[1:], before[1:], rtol=1e-3, atol=1e-3)
+
+
+def test_truncated_zeta_distribution():
+    pmf = truncated_zeta_pmf(2.0, 16)
+    assert pmf.shape == (16,)
+    torch.testing.assert_close(pmf.sum(), torch.tensor(1.0))
+    expected = torch.tensor([1.0 / k**2 for k in range(1, 17)])
+    torch.testing.assert_close(pmf, expected / expected.sum())
+
+
+def test_categorical_target_projection():
+    atoms = torch.linspace(-2.0, 2.0, 5)  # spacing 1
+    next_log_probs = torch.log(torch.tensor([[0.0, 0.0, 1.0, 0.0, 0.0]]).clamp(min=1e-30))
+    # Non-terminal: atom 0 moves to 0.5 + 0.5 * (0 - 0) = 0.5, split between atoms 0 and 1.
+    target = categorical_td_target(
+        next_log_probs, torch.tensor([0.5]), torch.tensor([0.0]), torch.tensor([0.0]), 0.5, atoms
+    )
+    torch.testing.assert_close(target, torch.tensor([[0.0, 0.0, 0.5, 0.5, 0.0]]))
+    # Terminated: every atom collapses onto r = -1.25 -> split 0.75 / 0.25 between -1 and -2.
+    uniform = torch.full((1, 5), 0.2).log()
+    target = categorical_td_target(
+        uniform, torch.tensor([-1.25]), torch.tensor([1.0]), torch.tensor([3.0]), 0.9, atoms
+    )
+    torch.testing.assert_close(target, torch.tensor([[0.25, 0.75, 0.0, 0.0, 0.0]]))
+    # The entropy term shifts atoms down; mass beyond the support is clipped to the edge.
+    target = categorical_td_target(
+        uniform, torch.tensor([0.0]), torch.tensor([0.0]), torch.tensor([10.0]), 1.0, atoms
+    )
+    torch.testing.assert_close(target, torch.tensor([[1.0, 0.0, 0.0, 0.0, 0.0]]))
+
+
+def test_return_scaler_keeps_returns_within_the_support():
+    scaler = ReturnScaler(num_envs=2, gamma=0.5, return_max=5.0)
+    assert scaler.scale() == 1.0
+    for _ in range(20):
+        scaler.update(np.array([100.0, 1.0]), np.zeros(2, bool), np.zeros(2, bool))
+    # G of env 0 tends to 200: the divisor keeps max|G| / scale <= 5.
+    assert scaler.abs_max / scaler.scale() <= 5.0 + 1e-9
+    state = scaler.state_dict()
+    restored = ReturnScaler(2, 0.5, 5.0)
+    restored.load_state_dict(state)
+    assert restored.scale() == scaler.scale()
+
+
+def test_replay_buffer_wraps_around():
+    buffer = ReplayBuffer(4, 1, 1)
+    for value in range(6):
+        buffer.add(
+            np.array([[value]]),
+            np.array([[0.0]]),
+            np.array([value]),
+            np.array([[0]]),
+            np.array([False]),
+        )
+    assert len(buffer) == 4
+    assert sorted(buffer.rew.tolist()) == [2.0, 3.0, 4.0, 5.0]
+
+
+def test_learner_update_schedule_target_ema_and_projection():
+    learner = make_learner()
+    batch = random_batch()
+    critic_before = {k: v.clone() for k, v in learner.critic.state_dict().items()}
+    target_before = {k: v.clone() for k, v in learner.target_critic.state_dict().items()}
+    first = learner.update(batch)
+    assert {"Loss/actor", "Loss/temperature", "temperature", "entropy"} <= set(first)
+    second = learner.update(batch)
+    assert "Loss/actor" not in second  # actor and temperature every 2nd update
+    assert learner.updates == 2
+    # Unit-norm rows after the critic's steps.
+    torch.testing.assert_close(learner.critic.head.weight.norm(dim=-1), torch.ones(2, 21))
+    assert not torch.equal(critic_before["head.weight"], learner.critic.state_dict()["head.weight"])
+    # Target moved by EMA only: a small step from its old value, towards the critic.
+    moved = (learner.target_critic.state_dict()["head.weight"] - target_before["head.weight"]).abs()
+    assert 0 < moved.max() < 0.05
+    assert all(math.isfinite(v) for v in first.values())
+
+
+def test_cosine_learning_rate():
+    assert cosine_learning_rate(3e-4, 1.5e-4, 0.0) == pytest.approx(3e-4)
+    assert cosine_learning_rate(3e-4, 1.5e-4, 0.5) == pytest.approx(2.25e-4)
+    assert cosine_learning_rate(3e-4, 1.5e-4, 1.0) == pytest.approx(1.5e-4)
+
+
+def test_custom_actor_is_the_one_instance_and_its_aux_loss_reaches_its_parameters():
+    params = dataclasses.replace(SMALL, actor_config=CUSTOM, actor_update_period=1)
+    learner = make_learner(params)
+    assert type(learner.actor).__name__ == "AuxLossActor"
+    batch = random_batch()
+    learner.actor.aux_weight = 1000.0  # make the aux gradient dominate the step
+    before = learner.actor.mean_head.weight.clone()
+    metrics = learner.update(batch)
+    assert metrics["Loss/aux_action_l2"] > 0
+    assert not torch.equal(before, learner.actor.mean_head.weight)
+
+
+def test_aux_loss_names_must_not_change():
+    params = dataclasses.replace(
+        SMALL,
+        actor_update_period=1,
+        actor_config=ActorConfig(CUSTOM.builder, {**CUSTOM.kwargs, "drift_after": 2}),
+    )
+    learner = make_learner(params)
+    batch = random_batch()
+    learner.update(batch)
+    with pytest.raises(TrainingError, match="aux_losses changed"):
+        for _ in range(3):
+            learner.update(batch)
+
+
+def _spawned_build(seed, queue):
+    from tests.custom_actors import build_with_seed
+
+    # Plain lists: torch tensors would travel as shared memory that dies with this process.
+    queue.put({name: tensor.tolist() for name, tensor in build_with_seed(seed, 3, 1).items()})
+
+
+def test_a_spawned_process_rebuilds_the_same_actor_from_the_spec():
+    from tests.custom_actors import build_with_seed
+
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(target=_spawned_build, args=(7, queue))
+    process.start()
+    remote = queue.get(timeout=120)
+    process.join(timeout=60)
+    local = build_with_seed(7, 3, 1)
+    assert set(remote) == set(local)
+    for name in local:
+        torch.testing.assert_close(torch.tensor(remote[name]), local[name])
+
+
+@pytest.mark.parametrize(
+    ("algo_params", "message"),
+    [
+        (
+            {"actor_config": {"builder": "x.y:z"}, "use_whole_cycle_cuda_graph": True},
+            "custom actor (actor_config) cannot run in a whole-cycle CUDA graph",
+        ),
+        (
+            {"actor_config": {"builder": "x.y:z"}, "actor_normalize_parameters": False},
+            "false only applies to the built-in actor",
+        ),
+        ({"v_min": 1.0, "v_max": 1.0}, "v_min: must be below v_max"),
+        ({"actor_config": {"kwargs": {}}}, "actor_config: expected"),
+    ],
+)
+def test_adr_rules_fail_closed_at_config_load(algo_params, message):
+    with pytest.raises((ConfigError, TypeError)) as error:
+        config_from_dict({"algo": "flash_sac", "algo_params": algo_params})
+    assert message in str(error.value) or isinstance(error.value, TypeError)
+
+
+def test_cuda_graph_auto_default_on_nvidia_refuses_a_custom_actor(monkeypatch):
+    custom = ActorSpec(CUSTOM.builder, CUSTOM.kwargs)
+    builtin = flash_sac_actor_spec(SMALL, LOW, HIGH)
+    cuda = torch.device("cuda")
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    with pytest.raises(ConfigError, match="by default on NVIDIA CUDA"):
+        resolve_cuda_graph(SMALL, custom, cuda)
+    assert resolve_cuda_graph(SMALL, builtin, cuda) is True
+    off = dataclasses.replace(SMALL, use_whole_cycle_cuda_graph=False)
+    assert resolve_cuda_graph(off, custom, cuda) is False
+    # CPU: auto is off; asking for the graph explicitly is an error.
+    assert resolve_cuda_graph(SMALL, builtin, torch.device("cpu")) is False
+    on = dataclasses.replace(SMALL, use_whole_cycle_cuda_graph=True)
+    with pytest.raises(ConfigError, match="needs a CUDA learner device"):
+        resolve_cuda_graph(on, builtin, torch.device("cpu"))
+
+
+def test_learner_state_round_trip_restores_schedule_and_networks():
+    learner = make_learner()
+    batch = random_batch()
+    for _ in range(3):
+        learner.update(batch)
+    state = learner.state_dict()
+    other = make_learner(seed=5)
+    other.load_state_dict(state)
+    assert other.updates == 3
+    for name, tensor in learner.critic.state_dict().items():
+        torch.testing.assert_close(other.critic.state_dict()[name], tensor)
+    torch.testing.assert_close(other.log_temperature, learner.log_temperature)

@@ -1,0 +1,102 @@
+"""FlashSAC end to end on the shared Ray session: train, checkpoint, resume, play, export."""
+
+from __future__ import annotations
+
+import pytest
+
+from drlcli.audit import audit_checkpoint
+from drlcli.checkpoint import load_checkpoint
+from drlcli.config import load_config
+from drlcli.errors import SemanticsError
+from drlcli.export import export_onnx
+from drlcli.metrics import metric_columns, read_metrics
+from drlcli.play import load_play_actor, run_episodes
+from drlcli.runtime.training import train
+from drlcli.topology import AvailableDevices
+
+pytestmark = pytest.mark.usefixtures("ray_cluster")
+NO_GPU = AvailableDevices(cuda_devices=0, mps=False)
+
+TINY_FLASH_SAC = """
+algo: flash_sac
+env: {{id: InvertedPendulum-v5, num_envs: 2, seed: 1}}
+total_env_steps: {total}
+rollout_length: 40
+output_dir: {output}
+algo_params:
+  batch_size: 16
+  warmup_steps: 40
+  actor_hidden_dim: 16
+  actor_num_blocks: 1
+  critic_hidden_dim: 16
+  critic_num_blocks: 1
+  num_bins: 11
+{extra}"""
+
+
+@pytest.fixture
+def flash_config(tmp_path):
+    def make(name="fs", total=160, extra=""):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(TINY_FLASH_SAC.format(total=total, output=tmp_path / "out", extra=extra))
+        return path
+
+    return make
+
+
+def run(path, **kwargs):
+    return train(load_config(path), quiet=True, devices=NO_GPU, **kwargs)
+
+
+def test_flash_sac_trains_writes_metrics_and_a_playable_exportable_checkpoint(
+    flash_config, tmp_path
+):
+    config = load_config(flash_config())
+    summary = run(flash_config())
+    assert summary.rounds == 2 and summary.env_steps == 160
+    rows = read_metrics(config.metrics_path)
+    assert list(rows[0]) == metric_columns("flash_sac")
+    assert float(rows[1]["updates"]) > 0 and rows[1]["Loss/critic"] != ""
+    payload = load_checkpoint(config.checkpoint_path)
+    assert payload["algo"] == "flash_sac" and payload["obs_rms_state"] is None
+    assert payload["actor_semantics"]["action_transform"] == "tanh_affine"
+    assert payload["learner_states"][0]["updates"] > 0
+    assert not audit_checkpoint(config.checkpoint_path).failed
+    policy = load_play_actor(config.checkpoint_path)
+    assert len(run_episodes(policy, 1, seed=0)) == 1
+    exported = export_onnx(config.checkpoint_path, tmp_path / "fs.onnx")
+    assert exported.max_abs_error <= 1e-5
+
+
+def test_flash_sac_resume_restores_learner_state_and_counters(flash_config):
+    config = load_config(flash_config("res"))
+    run(flash_config("res"))
+    stored = load_checkpoint(config.checkpoint_path)["learner_states"][0]
+    summary = run(flash_config("res", total=240), resume=config.checkpoint_path)
+    assert summary.rounds == 3
+    resumed = load_checkpoint(config.checkpoint_path)["learner_states"][0]
+    # The update counter (learning-rate schedule position) and reward statistics continue.
+    assert resumed["updates"] > stored["updates"]
+    assert resumed["return_scaler"]["count"] > stored["return_scaler"]["count"]
+    assert [row["round"] for row in read_metrics(config.metrics_path)] == ["1", "2", "3"]
+
+
+def test_custom_actor_injection_end_to_end(flash_config):
+    extra = (
+        "  actor_config:\n"
+        "    builder: tests.custom_actors:build\n"
+        "    kwargs: {action_low: [-3.0], action_high: [3.0], aux_weight: 0.1}\n"
+        "  use_whole_cycle_cuda_graph: false\n"
+    )
+    config = load_config(flash_config("custom", extra=extra))
+    run(flash_config("custom", extra=extra))
+    rows = read_metrics(config.metrics_path)
+    assert "Loss/aux_action_l2" in rows[0]
+    assert rows[1]["Loss/aux_action_l2"] != ""
+    payload = load_checkpoint(config.checkpoint_path)
+    semantics = payload["actor_semantics"]
+    assert semantics["kind"] == "custom" and semantics["builder"] == "tests.custom_actors:build"
+    with pytest.raises(SemanticsError, match="--allow-builder tests.custom_actors"):
+        load_play_actor(config.checkpoint_path)
+    policy = load_play_actor(config.checkpoint_path, allow_builders=["tests.custom_actors"])
+    assert type(policy.actor).__name__ == "AuxLossActor"
