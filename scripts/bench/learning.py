@@ -1,7 +1,7 @@
 """Learning evidence: train a preset for a budget and several seeds, then evaluate.
 
-    python scripts/bench/ppo_learning.py configs/quickstart.yaml --seeds 0 1 2
-    python scripts/bench/ppo_learning.py configs/hopper_ppo.yaml --steps 1000000 --seeds 0 1 2
+    python scripts/bench/learning.py configs/quickstart.yaml --seeds 0 1 2
+    python scripts/bench/learning.py configs/hopper_ppo.yaml --steps 1000000 --seeds 0 1 2
 
 For each seed: train (local Ray), then run the final checkpoint deterministically
 (transform(mean)) for --episodes episodes. Prints per-seed return and wall-clock, then the
