@@ -145,22 +145,22 @@ def test_truncated_zeta_distribution():
 
 
 def test_categorical_target_projection():
-    atoms = torch.linspace(-2.0, 2.0, 5)  # spacing 1
+    bounds = (-2.0, 2.0)  # 5 atoms, spacing 1
     next_log_probs = torch.log(torch.tensor([[0.0, 0.0, 1.0, 0.0, 0.0]]).clamp(min=1e-30))
     # Non-terminal: atom 0 moves to 0.5 + 0.5 * (0 - 0) = 0.5, split between atoms 0 and 1.
     target = categorical_td_target(
-        next_log_probs, torch.tensor([0.5]), torch.tensor([0.0]), torch.tensor([0.0]), 0.5, atoms
+        next_log_probs, torch.tensor([0.5]), torch.tensor([0.0]), torch.tensor([0.0]), 0.5, *bounds
     )
     torch.testing.assert_close(target, torch.tensor([[0.0, 0.0, 0.5, 0.5, 0.0]]))
     # Terminated: every atom collapses onto r = -1.25 -> split 0.75 / 0.25 between -1 and -2.
     uniform = torch.full((1, 5), 0.2).log()
     target = categorical_td_target(
-        uniform, torch.tensor([-1.25]), torch.tensor([1.0]), torch.tensor([3.0]), 0.9, atoms
+        uniform, torch.tensor([-1.25]), torch.tensor([1.0]), torch.tensor([3.0]), 0.9, *bounds
     )
     torch.testing.assert_close(target, torch.tensor([[0.25, 0.75, 0.0, 0.0, 0.0]]))
     # The entropy term shifts atoms down; mass beyond the support is clipped to the edge.
     target = categorical_td_target(
-        uniform, torch.tensor([0.0]), torch.tensor([0.0]), torch.tensor([10.0]), 1.0, atoms
+        uniform, torch.tensor([0.0]), torch.tensor([0.0]), torch.tensor([10.0]), 1.0, *bounds
     )
     torch.testing.assert_close(target, torch.tensor([[1.0, 0.0, 0.0, 0.0, 0.0]]))
 

@@ -52,25 +52,27 @@ def categorical_td_target(
     terminated: torch.Tensor,
     next_entropy_term: torch.Tensor,
     gamma: float,
-    atoms: torch.Tensor,
+    v_min: float,
+    v_max: float,
 ) -> torch.Tensor:
     """Project the soft Bellman target distribution onto the fixed atoms (C51 projection).
 
     Each atom ``z_k`` of the next-state distribution moves to
     ``r + gamma * (1 - terminated) * (z_k - alpha * log pi(a'|s'))``, clipped to the support; its
     probability is split between the two neighbouring atoms in proportion to the distance.
-    Only termination cuts the bootstrap: truncated transitions keep it.
+    Only termination cuts the bootstrap: truncated transitions keep it. No host
+    synchronisation, so it can run inside a captured CUDA graph.
 
     Args:
         next_log_probs: ``[B, K]`` log-probabilities of the chosen target head at ``(s', a')``.
         rewards, terminated, next_entropy_term: ``[B]``; the last is ``alpha * log pi(a'|s')``.
-        atoms: ``[K]`` evenly spaced support.
+        v_min, v_max: the support's ends; the ``K`` atoms are evenly spaced on it.
 
     Returns:
         ``[B, K]`` target probabilities (each row sums to 1).
     """
-    v_min, v_max = float(atoms[0]), float(atoms[-1])
-    num_bins = atoms.shape[0]
+    num_bins = next_log_probs.shape[-1]
+    atoms = torch.linspace(v_min, v_max, num_bins, device=next_log_probs.device)
     spacing = (v_max - v_min) / (num_bins - 1)
     keep = (1.0 - terminated.float()).unsqueeze(-1)
     shifted = rewards.unsqueeze(-1) + gamma * keep * (atoms - next_entropy_term.unsqueeze(-1))

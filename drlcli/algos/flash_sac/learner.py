@@ -145,6 +145,7 @@ class FlashSACLearner:
             self.critic.parameters(), params.learning_rate, fused=fused
         )
         self.temperature_optimizer = torch.optim.Adam([self.log_temperature], params.learning_rate)
+        self._graphs = CudaGraphUpdates(self._update_step) if self.uses_cuda_graph else None
         self.total_updates = max(int(total_updates), 1)
         self.updates = 0
         self.aux_names: frozenset[str] | None = None
@@ -166,20 +167,39 @@ class FlashSACLearner:
         )
         for optimizer in (self.actor_optimizer, self.critic_optimizer, self.temperature_optimizer):
             for group in optimizer.param_groups:
-                group["lr"] = rate
+                if isinstance(group["lr"], torch.Tensor):
+                    group["lr"].fill_(rate)  # in place: captured graphs read this tensor
+                else:
+                    group["lr"] = rate
         return rate
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         """One FlashSAC update on a sampled batch ``{obs, act, rew, next_obs, terminated}``
         (rewards already scaled). Returns the scalar diagnostics of this update."""
+        rate = self._set_learning_rates()
+        with_actor = self.updates % self.params.actor_update_period == 0
+        if self._graphs is not None:
+            metrics = self._graphs.run(batch, with_actor)
+        else:
+            metrics = self._update_step(batch, with_actor)
+        self.updates += 1
+        values = {name: float(value) for name, value in metrics.items()}
+        values["learning_rate"] = rate
+        if not all(math.isfinite(v) for v in values.values()):
+            raise TrainingError(
+                "FlashSAC update produced a non-finite loss; lower algo_params.learning_rate "
+                "or check the environment's rewards"
+            )
+        return values
+
+    def _update_step(self, batch: dict[str, torch.Tensor], with_actor: bool) -> dict:
+        """The update itself, free of host synchronisation so a CUDA graph can capture it.
+        Returns 0-dim tensors."""
         p = self.params
         obs, act, next_obs = batch["obs"], batch["act"], batch["next_obs"]
         rewards, terminated = batch["rew"], batch["terminated"]
-        metrics: dict[str, torch.Tensor] = {
-            "learning_rate": torch.tensor(self._set_learning_rates())
-        }
-
-        if self.updates % p.actor_update_period == 0:
+        metrics: dict[str, torch.Tensor] = {}
+        if with_actor:
             metrics.update(self._update_actor_and_temperature(obs, next_obs))
 
         with torch.no_grad():
@@ -195,7 +215,7 @@ class FlashSACLearner:
                 0, lower.view(1, -1, 1).expand(1, -1, next_log_probs.shape[-1])
             )[0]
             target = categorical_td_target(
-                chosen, rewards, terminated, entropy_term, self.gamma, self.critic.atoms
+                chosen, rewards, terminated, entropy_term, self.gamma, p.v_min, p.v_max
             )
         self.critic.train()
         q, log_probs = self.critic(torch.cat([obs, next_obs]), torch.cat([act, next_actions]))
@@ -216,14 +236,7 @@ class FlashSACLearner:
                 target_buffer.copy_(buffer)  # running statistics and atoms follow the critic
         metrics["Loss/critic"] = critic_loss.detach()
         metrics["q_mean"] = q[:, : len(obs)].mean().detach()
-        self.updates += 1
-        values = {name: float(value) for name, value in metrics.items()}
-        if not all(math.isfinite(v) for v in values.values()):
-            raise TrainingError(
-                "FlashSAC update produced a non-finite loss; lower algo_params.learning_rate "
-                "or check the environment's rewards"
-            )
-        return values
+        return metrics
 
     def _update_actor_and_temperature(
         self, obs: torch.Tensor, next_obs: torch.Tensor
@@ -308,6 +321,53 @@ class FlashSACLearner:
         self.updates = int(state["updates"])
         names = state.get("aux_names")
         self.aux_names = frozenset(names) if names is not None else None
+
+
+class CudaGraphUpdates:
+    """Runs ``step(batch, with_actor)`` as captured CUDA graphs: one graph for an update with
+    the actor and temperature step, one for a critic-only update (the two kinds of learner
+    iteration). Each kind first runs ``WARMUP`` times eagerly on a side stream (real updates,
+    which also create the optimiser state), is then captured, and from then on replayed on
+    static input tensors that each call fills with the sampled batch.
+    """
+
+    WARMUP = 3
+
+    def __init__(self, step: Any) -> None:
+        self.step = step
+        self.static: dict[str, torch.Tensor] | None = None
+        self.graphs: dict[bool, Any] = {}
+        self.outputs: dict[bool, dict[str, torch.Tensor]] = {}
+        self.eager_calls = {True: 0, False: 0}
+        self.stream = torch.cuda.Stream()
+
+    def run(self, batch: dict[str, torch.Tensor], with_actor: bool) -> dict[str, torch.Tensor]:
+        if self.static is None:
+            self.static = {name: tensor.clone() for name, tensor in batch.items()}
+        for name, tensor in batch.items():
+            self.static[name].copy_(tensor)
+        if with_actor in self.graphs:
+            self.graphs[with_actor].replay()
+            return self.outputs[with_actor]
+        if self.eager_calls[with_actor] < self.WARMUP:
+            self.eager_calls[with_actor] += 1
+            self.stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(self.stream):
+                outputs = self.step(self.static, with_actor)
+            torch.cuda.current_stream().wait_stream(self.stream)
+            return outputs
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                outputs = self.step(self.static, with_actor)
+        except RuntimeError as error:
+            raise TrainingError(
+                f"capturing the FlashSAC update as a CUDA graph failed ({error}); set "
+                "algo_params.use_whole_cycle_cuda_graph: false"
+            ) from error
+        self.graphs[with_actor], self.outputs[with_actor] = graph, outputs
+        graph.replay()  # capture records without running: run this update now
+        return outputs
 
 
 class ReplayBuffer:
