@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from drlcli.audit import audit_checkpoint
 from drlcli.checkpoint import load_checkpoint, validate_actor_semantics
 from drlcli.config import load_config
 from drlcli.errors import SemanticsError, UsageError
@@ -36,6 +37,7 @@ def test_two_round_smoke_training_writes_metrics_and_both_checkpoints(tiny_confi
         assert payload["progress"]["env_steps"] in (128, 256)
         assert payload["obs_rms_state"]["count"] == 256.0 or path == config.best_checkpoint_path
         assert set(payload["actor"]) >= {"log_std", "mean_network.0.weight"}
+        assert not audit_checkpoint(path).failed  # drl verify passes on a real checkpoint
 
 
 def test_same_config_and_seed_give_identical_metrics(tiny_config):
