@@ -49,6 +49,17 @@ def _run(action: Callable[[], T]) -> T:
         raise typer.Exit(130) from None
 
 
+# Consent to import a checkpoint's custom actor builder (play, export).
+AllowBuilderOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--allow-builder",
+        metavar="MODULE",
+        help="Allow importing this custom actor builder module (repeatable).",
+    ),
+]
+
+
 def _version_callback(value: bool) -> None:
     if value:
         stdout.print(f"drl {__version__}")
@@ -136,14 +147,7 @@ def play(
         str | None,
         typer.Option("--env", metavar="ID", help="Run in another env with identical spaces."),
     ] = None,
-    allow_builder: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--allow-builder",
-            metavar="MODULE",
-            help="Allow importing this custom actor builder module (repeatable).",
-        ),
-    ] = None,
+    allow_builder: AllowBuilderOption = None,
 ) -> None:
     """Run a trained policy: print episode returns, show it, or record a video.
 
@@ -180,14 +184,7 @@ def export(
     checkpoint: Annotated[Path, typer.Argument(metavar="CKPT", help="Checkpoint to export.")],
     output: Annotated[Path, typer.Argument(metavar="OUT.onnx", help="ONNX file to write.")],
     opset: Annotated[int, typer.Option("--opset", help="ONNX opset (17-23).")] = 18,
-    allow_builder: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--allow-builder",
-            metavar="MODULE",
-            help="Allow importing this custom actor builder module (repeatable).",
-        ),
-    ] = None,
+    allow_builder: AllowBuilderOption = None,
 ) -> None:
     """Export the deterministic policy to ONNX, checked against torch with onnxruntime.
 

@@ -83,18 +83,24 @@ def test_builtin_actor_passes_the_contract():
 
 
 def test_log_prob_is_the_change_of_variables_through_tanh_and_affine():
+    torch.manual_seed(0)
     actor = make_actor()
-    obs = torch.randn(64, 5)
-    torch.manual_seed(1)
+    obs = torch.randn(256, 5)
     actions, info = actor(obs, training=False)
     mean, std = actor.get_mean_and_std(obs)
     reference = TransformedDistribution(
         Normal(mean, std),
         [TanhTransform(cache_size=1), AffineTransform(actor.action_bias, actor.action_range)],
     )
-    # Recompute with the same noise: the reference's log_prob of the same actions.
+    # The reference inverts tanh; compare where float32 can still invert it (not saturated).
+    squashed = (actions - actor.action_bias) / actor.action_range
+    invertible = (squashed.abs() < 0.99).all(-1)
+    assert invertible.sum() > 200
     torch.testing.assert_close(
-        info["log_prob"], reference.log_prob(actions).sum(-1), rtol=1e-3, atol=2e-3
+        info["log_prob"][invertible],
+        reference.log_prob(actions).sum(-1)[invertible],
+        rtol=1e-3,
+        atol=2e-3,
     )
     assert (actions >= torch.tensor(LOW)).all() and (actions <= torch.tensor(HIGH)).all()
     assert (std >= math.exp(-10) - 1e-9).all() and (std <= math.exp(2) + 1e-6).all()

@@ -15,6 +15,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from drlcli.actors.contract import module_memory_bytes
+
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
 
@@ -144,9 +146,7 @@ class GaussianPolicyActor(nn.Module):
         """Nothing to project: this architecture has no parameter-norm constraint."""
 
     def inference_startup_memory_categories(self) -> dict[str, int]:
-        parameters = sum(p.numel() * p.element_size() for p in self.parameters())
-        buffers = sum(b.numel() * b.element_size() for b in self.buffers())
-        return {"parameters": parameters, "buffers": buffers}
+        return module_memory_bytes(self)
 
 
 def build_gaussian_actor(

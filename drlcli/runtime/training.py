@@ -202,6 +202,11 @@ class StopRequest:
             signal.signal(signal.SIGINT, self._previous)
 
 
+def _learner_resources(topology: TrainingTopology) -> dict[str, int]:
+    """Ray resources of one learner: a GPU on CUDA, else a CPU."""
+    return {"num_gpus": 1} if topology.learner_device == "cuda" else {"num_cpus": 1}
+
+
 class PPORoundLoop:
     """The Ray handles of one PPO run and one method per step of a round.
 
@@ -225,8 +230,7 @@ class PPORoundLoop:
 
         self.config, self.topology = config, topology
         params = config.algo_params
-        on_gpu = topology.learner_device == "cuda"
-        learner_resources = {"num_gpus": 1} if on_gpu else {"num_cpus": 1}
+        learner_resources = _learner_resources(topology)
         stored_rms = None if stored is None else stored.get("obs_rms_state")
         self.parameter_server = (
             ray.remote(ParameterServer)
@@ -347,8 +351,7 @@ class FlashSACRoundLoop:
 
         self.config, self.topology = config, topology
         params = config.algo_params
-        on_gpu = topology.learner_device == "cuda"
-        learner_resources = {"num_gpus": 1} if on_gpu else {"num_cpus": 1}
+        learner_resources = _learner_resources(topology)
         self.parameter_server = ray.remote(ParameterServer).options(num_cpus=0).remote(None)
         self.steppers = [
             ray.remote(EnvStepper).options(num_cpus=1).remote(index, config.env)

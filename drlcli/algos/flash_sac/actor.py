@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from drlcli.actors.contract import module_memory_bytes
 from drlcli.algos.flash_sac.layers import FlashSACEncoder, UnitLinear, normalize_module_parameters
 
 LOG_STD_MIN, LOG_STD_MAX = -10.0, 2.0
@@ -141,9 +142,7 @@ class FlashSACActor(nn.Module):
         normalize_module_parameters(self)
 
     def inference_startup_memory_categories(self) -> dict[str, int]:
-        parameters = sum(p.numel() * p.element_size() for p in self.parameters())
-        buffers = sum(b.numel() * b.element_size() for b in self.buffers())
-        return {"parameters": parameters, "buffers": buffers}
+        return module_memory_bytes(self)
 
 
 def build_flash_sac_actor(
