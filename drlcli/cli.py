@@ -101,6 +101,14 @@ def train(
         Path | None,
         typer.Option("--resume", metavar="CKPT", help="Continue training from a checkpoint."),
     ] = None,
+    resume_replay: Annotated[
+        bool,
+        typer.Option(
+            "--resume-replay",
+            help="FlashSAC: also refill the replay buffer saved beside CKPT "
+            "(needs algo_params.save_replay_buffer: true in the run that wrote it).",
+        ),
+    ] = False,
     quiet: Annotated[
         bool, typer.Option("--quiet", help="Plain log lines instead of the progress bar.")
     ] = False,
@@ -117,7 +125,14 @@ def train(
             return
         from drlcli.runtime.training import train as run_training
 
-        run_training(config, address=address, resume=resume, quiet=quiet, console=stdout)
+        run_training(
+            config,
+            address=address,
+            resume=resume,
+            resume_replay=resume_replay,
+            quiet=quiet,
+            console=stdout,
+        )
 
     _run(body)
 

@@ -122,6 +122,7 @@ class FlashSACParams:
     critic_normalize_parameters: bool = True
     use_whole_cycle_cuda_graph: bool | None = None
     actor_config: ActorConfig | None = None
+    save_replay_buffer: bool = False
 
 
 # Registered algorithms and their parameter dataclasses.

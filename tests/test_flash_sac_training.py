@@ -100,3 +100,37 @@ def test_custom_actor_injection_end_to_end(flash_config):
         load_play_actor(config.checkpoint_path)
     policy = load_play_actor(config.checkpoint_path, allow_builders=["tests.custom_actors"])
     assert type(policy.actor).__name__ == "AuxLossActor"
+
+
+def test_replay_buffer_is_saved_and_restored_only_when_asked(flash_config):
+    import numpy as np
+
+    from drlcli.errors import CheckpointError, UsageError
+    from drlcli.runtime.training import replay_path
+
+    config = load_config(flash_config("plain"))
+    run(flash_config("plain"))
+    assert not replay_path(config.checkpoint_path).exists()
+    with pytest.raises(CheckpointError, match="save_replay_buffer: true"):
+        run(flash_config("plain", total=240), resume=config.checkpoint_path, resume_replay=True)
+    with pytest.raises(UsageError, match="needs --resume"):
+        run(flash_config("plain"), resume_replay=True)
+
+    extra = "  save_replay_buffer: true\n"
+    config = load_config(flash_config("kept", extra=extra))
+    run(flash_config("kept", extra=extra))
+    saved = replay_path(config.checkpoint_path)
+    with np.load(saved, allow_pickle=False) as data:
+        assert data["learner0_obs"].shape == (160, 4)
+    summary = run(
+        flash_config("kept", total=240, extra=extra),
+        resume=config.checkpoint_path,
+        resume_replay=True,
+    )
+    assert summary.rounds == 3
+    rows = read_metrics(config.metrics_path)
+    # With the buffer refilled, updates continue in the first resumed round: the buffer
+    # already holds more than warmup_steps transitions.
+    assert float(rows[2]["updates"]) == 80.0
+    with np.load(saved, allow_pickle=False) as data:
+        assert data["learner0_obs"].shape == (240, 4)

@@ -26,6 +26,7 @@ from drlcli import __version__
 from drlcli.actors.spec import ActorSpec, actor_semantics, build_policy_actor
 from drlcli.algos.flash_sac.learner import flash_sac_actor_spec
 from drlcli.algos.ppo.learner import gaussian_actor_spec
+from drlcli.atomic import atomic_output
 from drlcli.checkpoint import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -71,6 +72,7 @@ def train(
     *,
     address: str | None = None,
     resume: str | Path | None = None,
+    resume_replay: bool = False,
     quiet: bool = False,
     console: Console | None = None,
     devices: AvailableDevices | None = None,
@@ -80,6 +82,8 @@ def train(
     Args:
         address: Ray cluster address; None starts (and stops) a local Ray.
         resume: a checkpoint to continue from (its actor semantics must match ``config``).
+        resume_replay: also refill FlashSAC's replay buffer from ``<resume stem>_replay.npz``
+            (written with ``algo_params.save_replay_buffer: true``).
         quiet: one plain log line per round instead of the progress bar.
         devices: override hardware detection (tests).
     """
@@ -98,6 +102,7 @@ def train(
     aux_names = _aux_loss_names(probe, facts.obs_dim)
     del probe
     stored = None if resume is None else _load_for_resume(Path(resume), config, semantics)
+    replay_file = _replay_file(config, resume, resume_replay)
 
     num_cpus = max(os.cpu_count() or 1, topology.num_actors + topology.num_learners)
     with ray_session(address, num_cpus=num_cpus):
@@ -121,6 +126,7 @@ def train(
                 semantics,
                 facts,
                 stored,
+                replay_file,
                 progress,
                 total_rounds,
                 steps_per_round,
@@ -150,6 +156,27 @@ def _aux_loss_names(actor: Any, obs_dim: int) -> list[str]:
     finally:
         torch.set_rng_state(rng)
     return sorted(info.get("aux_losses") or {})
+
+
+def _replay_file(config: Config, resume: str | Path | None, resume_replay: bool) -> Path | None:
+    if not resume_replay:
+        return None
+    if resume is None:
+        raise UsageError("--resume-replay needs --resume CKPT")
+    if config.algo != "flash_sac":
+        raise UsageError(f"--resume-replay applies to flash_sac; this config trains {config.algo}")
+    path = replay_path(Path(resume))
+    if not path.is_file():
+        raise CheckpointError(
+            f"{path}: no replay buffer beside the checkpoint; it is written only when the run "
+            "had algo_params.save_replay_buffer: true"
+        )
+    return path
+
+
+def replay_path(checkpoint_path: Path) -> Path:
+    """Where FlashSAC's replay buffer is saved beside a checkpoint: ``<stem>_replay.npz``."""
+    return checkpoint_path.with_name(f"{checkpoint_path.stem}_replay.npz")
 
 
 def _cluster_devices() -> AvailableDevices:
@@ -410,6 +437,41 @@ class FlashSACRoundLoop:
         """No observation statistics (the input BatchNorm normalises); every learner's state."""
         return None, _get([worker.checkpoint_state.remote() for worker in self.workers])
 
+    def save_replay(self, path: Path) -> None:
+        """Every learner's replay buffer as one ``.npz`` of plain arrays, written atomically."""
+        buffers = _get([worker.replay_arrays.remote() for worker in self.workers])
+        arrays = {
+            f"learner{index}_{name}": array
+            for index, buffer in enumerate(buffers)
+            for name, array in buffer.items()
+        }
+        with atomic_output(path) as temp:
+            np.savez(temp, **arrays)
+
+    def load_replay(self, path: Path) -> None:
+        """Refill the replay buffers from ``save_replay``'s file (no pickles are read)."""
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                stored = sorted({key.split("_", 1)[0] for key in data.files})
+                buffers = [
+                    {
+                        key.split("_", 1)[1]: data[key]
+                        for key in data.files
+                        if key.startswith(f"{p}_")
+                    }
+                    for p in stored
+                ]
+        except (OSError, ValueError) as error:
+            raise CheckpointError(f"{path}: not a readable replay buffer file ({error})") from error
+        if not buffers:
+            raise CheckpointError(f"{path}: the replay buffer file holds no learner")
+        _get(
+            [
+                worker.load_replay_arrays.remote(buffers[index % len(buffers)])
+                for index, worker in enumerate(self.workers)
+            ]
+        )
+
     def close(self) -> None:
         import ray
 
@@ -424,6 +486,7 @@ def _run(
     semantics: dict[str, Any],
     facts: Any,
     stored: dict[str, Any] | None,
+    replay_file: Path | None,
     progress: RunProgress,
     total_rounds: int,
     steps_per_round: int,
@@ -433,6 +496,8 @@ def _run(
 ) -> TrainingSummary:
     loop_type = FlashSACRoundLoop if config.algo == "flash_sac" else PPORoundLoop
     loop = loop_type(config, topology, spec, facts, stored)
+    if replay_file is not None:
+        loop.load_replay(replay_file)
     started = time.perf_counter() - progress.wall_time_s
     last_return: float | None = None
     display = TrainingProgress(
@@ -469,6 +534,8 @@ def _run(
                     config, semantics, facts, progress, obs_rms_state, learner_states
                 )
                 save_checkpoint(config.checkpoint_path, payload)
+                if getattr(config.algo_params, "save_replay_buffer", False):
+                    loop.save_replay(replay_path(config.checkpoint_path))
                 if improved:
                     save_checkpoint(config.best_checkpoint_path, payload)
                 display.update(row, total_rounds)

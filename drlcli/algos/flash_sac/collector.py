@@ -187,6 +187,12 @@ class FlashSACWorker:
             "transitions": self.transitions,
         }
 
+    def replay_arrays(self) -> dict[str, np.ndarray]:
+        return self.replay.arrays()
+
+    def load_replay_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        self.replay.load_arrays(arrays)
+
     def restore(self, state: dict[str, Any]) -> None:
         self.learner.load_state_dict(state)
         self.return_scaler.load_state_dict(state["return_scaler"])

@@ -404,6 +404,20 @@ class ReplayBuffer:
         self._next = (self._next + count) % self.capacity
         self.size = min(self.size + count, self.capacity)
 
+    FIELDS = ("obs", "act", "rew", "next_obs", "terminated")
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The stored transitions, oldest first (plain arrays: saved with allow_pickle=False)."""
+        order = (self._next - self.size + np.arange(self.size)) % self.capacity
+        return {name: getattr(self, name)[order] for name in self.FIELDS}
+
+    def load_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        """Replace the contents (the newest ``capacity`` transitions are kept)."""
+        self.size, self._next = 0, 0
+        count = len(arrays["obs"])
+        if count:
+            self.add(*(np.asarray(arrays[name])[-self.capacity :] for name in self.FIELDS))
+
     def sample(self, batch_size: int, reward_scale: float, device: torch.device) -> dict:
         index = self._rng.integers(0, self.size, size=batch_size)
         return {
