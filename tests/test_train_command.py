@@ -41,10 +41,20 @@ def ray_processes() -> set[int]:
     return found
 
 
-def wait_for_no_new(before: set[int], timeout: float = 20.0) -> set[int]:
+def orphaned(pid: int, driver: int) -> bool:
+    """A Ray process left behind by ``driver``: its parent is the (exited) driver or, once
+    reparented, init. Ray processes of other live sessions (benchmarks running on the same
+    machine) have a live parent and are not counted."""
+    try:
+        return psutil.Process(pid).ppid() in (1, driver)
+    except psutil.NoSuchProcess:
+        return False
+
+
+def wait_for_no_new(before: set[int], driver: int, timeout: float = 20.0) -> set[int]:
     deadline = time.monotonic() + timeout
     while True:
-        leftover = {pid for pid in ray_processes() - before if psutil.pid_exists(pid)}
+        leftover = {pid for pid in ray_processes() - before if orphaned(pid, driver)}
         if not leftover or time.monotonic() > deadline:
             return leftover
         time.sleep(0.5)
@@ -60,13 +70,18 @@ ENV = {**os.environ, "COLUMNS": "200", "RAY_ADDRESS": ""}
 def test_train_command_runs_and_leaves_no_ray_processes(tiny_config):
     before = ray_processes()
     path = tiny_config("cli")
-    result = subprocess.run(
-        drl("train", "--quiet", str(path)), capture_output=True, text=True, env=ENV, timeout=300
+    process = subprocess.Popen(
+        drl("train", "--quiet", str(path)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
     )
-    assert result.returncode == 0, result.stderr
-    assert "round 2/2" in result.stdout
-    assert "training finished" in result.stdout
-    assert wait_for_no_new(before) == set()
+    stdout, stderr = process.communicate(timeout=300)
+    assert process.returncode == 0, stderr
+    assert "round 2/2" in stdout
+    assert "training finished" in stdout
+    assert wait_for_no_new(before, process.pid) == set()
 
 
 def test_ctrl_c_stops_cleanly_and_keeps_the_last_checkpoint(tiny_config):
@@ -98,7 +113,7 @@ def test_ctrl_c_stops_cleanly_and_keeps_the_last_checkpoint(tiny_config):
     rows = read_metrics(config.metrics_path)
     # The round in progress finished: its metrics row and its checkpoint agree.
     assert payload["progress"]["round"] == len(rows)
-    assert wait_for_no_new(before) == set()
+    assert wait_for_no_new(before, process.pid) == set()
 
 
 @pytest.mark.parametrize(
