@@ -9,6 +9,7 @@ Then one metrics row, the latest checkpoint, and the best checkpoint when the re
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import signal
@@ -24,7 +25,7 @@ from rich.console import Console
 
 from drlcli import __version__
 from drlcli.actors.spec import ActorSpec, actor_semantics, build_policy_actor
-from drlcli.algos.flash_sac.learner import flash_sac_actor_spec
+from drlcli.algos.flash_sac.learner import flash_sac_actor_spec, resolve_cuda_graph
 from drlcli.algos.ppo.learner import gaussian_actor_spec
 from drlcli.atomic import atomic_output
 from drlcli.checkpoint import (
@@ -101,6 +102,8 @@ def train(
     semantics = actor_semantics(spec, facts.obs_dim, facts.action_dim, probe.action_transform_id)
     aux_names = _aux_loss_names(probe, facts.obs_dim)
     del probe
+    if config.algo == "flash_sac":  # ADR-0017's CUDA-graph rules, before any worker starts
+        resolve_cuda_graph(config.algo_params, spec, torch.device(topology.learner_device))
     stored = None if resume is None else _load_for_resume(Path(resume), config, semantics)
     replay_file = _replay_file(config, resume, resume_replay)
 
@@ -110,7 +113,7 @@ def train(
             topology = resolve_for(config, _cluster_devices())
         steps_per_round = topology.num_actors * config.env.num_envs * config.rollout_length
         total_rounds = math.ceil(config.total_env_steps / steps_per_round)
-        progress = RunProgress(**stored["progress"]) if stored is not None else RunProgress()
+        progress = _stored_progress(stored, resume) if stored is not None else RunProgress()
         if progress.round >= total_rounds:
             raise UsageError(
                 f"{resume}: already trained {progress.env_steps} of total_env_steps="
@@ -156,6 +159,16 @@ def _aux_loss_names(actor: Any, obs_dim: int) -> list[str]:
     finally:
         torch.set_rng_state(rng)
     return sorted(info.get("aux_losses") or {})
+
+
+def _stored_progress(stored: dict[str, Any], resume: Any) -> RunProgress:
+    counters = stored.get("progress")
+    try:
+        return RunProgress(**{f.name: counters[f.name] for f in dataclasses.fields(RunProgress)})
+    except (KeyError, TypeError) as error:
+        raise CheckpointError(
+            f"{resume}: checkpoint progress counters are malformed ({error})"
+        ) from None
 
 
 def _replay_file(config: Config, resume: str | Path | None, resume_replay: bool) -> Path | None:
