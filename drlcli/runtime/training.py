@@ -397,6 +397,8 @@ class FlashSACRoundLoop:
             ray.remote(EnvStepper).options(num_cpus=1).remote(index, config.env)
             for index in range(topology.num_actors)
         ]
+        # Torch threads per learner process: this machine's cores split among the learners.
+        threads_per_learner = max(1, (os.cpu_count() or 1) // topology.num_learners)
         transitions_per_learner = config.total_env_steps / topology.num_learners
         total_updates = math.ceil(transitions_per_learner * params.updates_per_env_step)
         self.workers = []
@@ -422,6 +424,7 @@ class FlashSACRoundLoop:
                     total_updates,
                     topology.learner_device,
                     config.env.seed + learner_index,
+                    threads_per_learner,
                 )
             )
         if stored is not None:

@@ -72,10 +72,13 @@ class FlashSACWorker:
         total_updates: int,
         device: str,
         seed: int,
+        torch_threads: int = 1,
     ) -> None:
         import ray
 
-        torch.set_num_threads(1)
+        # Ray would pin this process to one thread; FlashSAC's wider networks gain from more,
+        # and the rollout actors sit mostly idle while the learner updates.
+        torch.set_num_threads(torch_threads)
         self.params = params
         self.steppers = env_steppers
         self.learner = FlashSACLearner(
