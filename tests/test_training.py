@@ -11,7 +11,8 @@ from drlcli.config import load_config
 from drlcli.errors import SemanticsError, UsageError
 from drlcli.metrics import TIME_COLUMNS, metric_columns, read_metrics
 from drlcli.runtime.parameter_server import average_state_dicts
-from drlcli.runtime.training import PPORoundLoop, train
+from drlcli.runtime.ppo_loop import PPORoundLoop
+from drlcli.runtime.training import train
 from drlcli.topology import AvailableDevices, topology_for_config
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")

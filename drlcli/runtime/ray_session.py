@@ -1,4 +1,5 @@
-"""Starting and stopping Ray quietly, as the embedded default or on a cluster."""
+"""Ray plumbing: a quiet session (local or cluster), learner resources, and ray.get with
+one-line errors."""
 
 from __future__ import annotations
 
@@ -6,6 +7,10 @@ import contextlib
 import logging
 import os
 from collections.abc import Iterator
+from typing import Any
+
+from drlcli.errors import DrlError, TrainingError
+from drlcli.topology import TrainingTopology
 
 
 @contextlib.contextmanager
@@ -40,3 +45,30 @@ def ray_session(address: str | None, num_cpus: int) -> Iterator[None]:
         yield
     finally:
         ray.shutdown()
+
+
+def learner_resources(topology: TrainingTopology) -> dict[str, int]:
+    """Ray resources of one learner: a GPU on CUDA, else a CPU."""
+    return {"num_gpus": 1} if topology.learner_device == "cuda" else {"num_cpus": 1}
+
+
+def get_or_raise(refs: Any) -> Any:
+    """``ray.get`` that turns a worker's failure into a one-line DrlError."""
+    import ray
+
+    try:
+        return ray.get(refs)
+    except ray.exceptions.RayTaskError as error:
+        cause = error.cause
+        if isinstance(cause, DrlError):
+            raise cause from None
+        if isinstance(cause, ValueError) and "NaN or infinite" in str(cause):
+            raise TrainingError(
+                "the environment returned NaN or infinite observations; check the task"
+            ) from None
+        first_line = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+        raise TrainingError(
+            f"a training worker failed: {type(cause).__name__}: {first_line}"
+        ) from None
+    except ray.exceptions.RayActorError as error:
+        raise TrainingError(f"a training worker died: {error}") from None

@@ -27,7 +27,6 @@ from drlcli import __version__
 from drlcli.actors.spec import ActorSpec, actor_semantics, build_policy_actor
 from drlcli.algos.flash_sac.learner import flash_sac_actor_spec, resolve_cuda_graph
 from drlcli.algos.ppo.learner import gaussian_actor_spec
-from drlcli.atomic import atomic_output
 from drlcli.checkpoint import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -37,9 +36,8 @@ from drlcli.checkpoint import (
 )
 from drlcli.config import Config
 from drlcli.envs import env_facts, make_env
-from drlcli.errors import CheckpointError, DrlError, TrainingError, UsageError
-from drlcli.metrics import MetricsWriter, average_metrics, metric_columns
-from drlcli.normalization import RmsState, merge_rms_states
+from drlcli.errors import CheckpointError, UsageError
+from drlcli.metrics import MetricsWriter, metric_columns
 from drlcli.runtime.progress import TrainingProgress
 from drlcli.runtime.ray_session import ray_session
 from drlcli.topology import AvailableDevices, TrainingTopology, detect_available_devices
@@ -242,259 +240,6 @@ class StopRequest:
             signal.signal(signal.SIGINT, self._previous)
 
 
-def _learner_resources(topology: TrainingTopology) -> dict[str, int]:
-    """Ray resources of one learner: a GPU on CUDA, else a CPU."""
-    return {"num_gpus": 1} if topology.learner_device == "cuda" else {"num_cpus": 1}
-
-
-class PPORoundLoop:
-    """The Ray handles of one PPO run and one method per step of a round.
-
-    ``parameter_refs[l]`` are the parameters learner ``l``'s rollout actors sample with next:
-    that learner's own after a non-sync round, the average of all learners after a sync round.
-    """
-
-    def __init__(
-        self,
-        config: Config,
-        topology: TrainingTopology,
-        spec: Any,
-        facts: Any,
-        stored: dict[str, Any] | None = None,
-    ) -> None:
-        import ray
-
-        from drlcli.algos.ppo.rollout_actor import MuJoCoActor
-        from drlcli.runtime.parameter_server import ParameterServer, average_state_dicts
-        from drlcli.runtime.workers import LearnerWorker
-
-        self.config, self.topology = config, topology
-        params = config.algo_params
-        learner_resources = _learner_resources(topology)
-        stored_rms = None if stored is None else stored.get("obs_rms_state")
-        self.parameter_server = (
-            ray.remote(ParameterServer)
-            .options(num_cpus=0)
-            .remote(
-                None if stored_rms is None else {k: _to_numpy(v) for k, v in stored_rms.items()}
-            )
-        )
-        self.learners = [
-            ray.remote(LearnerWorker)
-            .options(**learner_resources)
-            .remote(
-                spec,
-                facts.obs_dim,
-                facts.action_dim,
-                params,
-                topology.learner_device,
-                config.env.seed,
-            )
-            for _ in range(topology.num_learners)
-        ]
-        self.rollout_actors = [
-            ray.remote(MuJoCoActor)
-            .options(num_cpus=1)
-            .remote(index, config.env, spec, params, config.gamma)
-            for index in range(topology.num_actors)
-        ]
-        if stored is not None:
-            states = stored["learner_states"]
-            if len(states) != len(self.learners):  # another device count: start from the mean
-                networks = [{k: v for k, v in s.items() if k != "optimizer"} for s in states]
-                states = [{**average_state_dicts(networks), "optimizer": states[0]["optimizer"]}]
-                states *= len(self.learners)
-            _get([w.restore.remote(s) for w, s in zip(self.learners, states, strict=True)])
-        else:  # identical seeds already give identical learners; broadcasting makes it explicit
-            initial = self.learners[0].state_dict.remote()
-            _get([learner.load_state_dict.remote(initial) for learner in self.learners[1:]])
-        self.parameter_refs = [learner.state_dict.remote() for learner in self.learners]
-        self.last_trained_refs: list[Any] = []
-
-    def run_round(self, round_index: int, total_rounds: int) -> tuple[list[dict], dict]:
-        """Sample, merge statistics, train, sync. Returns (rollout stats, learner metrics)."""
-        config, topology, params = self.config, self.topology, self.config.algo_params
-        obs_rms_ref = self.parameter_server.get_obs_rms.remote()
-        trajectory_refs, stats_refs = [], []
-        for actor_index, actor in enumerate(self.rollout_actors):
-            owner = topology.learner_of_actor(actor_index)
-            trajectory, stats = actor.sample.options(num_returns=2).remote(
-                self.parameter_refs[owner],
-                config.rollout_length,
-                config.gamma,
-                config.gae_lambda,
-                obs_rms_ref,
-            )
-            trajectory_refs.append(trajectory)
-            stats_refs.append(stats)
-        stats = _get(stats_refs)
-        # All rollout actors' increments first, then one merge into the global history.
-        increment = merge_rms_states([RmsState.from_dict(s["obs_rms_moments"]) for s in stats])
-        self.parameter_server.update_obs_rms.remote(increment.to_dict())
-
-        fraction_left = 1.0 - round_index / total_rounds
-        learning_rate = params.learning_rate * (
-            fraction_left if params.anneal_learning_rate else 1.0
-        )
-        state_refs, metric_refs = [], []
-        for learner_index, learner in enumerate(self.learners):
-            own = [
-                trajectory_refs[a]
-                for a in range(topology.num_actors)
-                if topology.learner_of_actor(a) == learner_index
-            ]
-            state_ref, metric_ref = learner.train_round.options(num_returns=2).remote(
-                learning_rate, *own
-            )
-            state_refs.append(state_ref)
-            metric_refs.append(metric_ref)
-        learner_metrics = average_metrics(_get(metric_refs))
-        self.last_trained_refs = state_refs
-        if len(self.learners) > 1 and (round_index + 1) % config.param_sync_interval == 0:
-            averaged = self.parameter_server.average_parameters.remote(*state_refs)
-            _get([learner.load_state_dict.remote(averaged) for learner in self.learners])
-            self.parameter_refs = [averaged] * len(self.learners)
-        else:
-            self.parameter_refs = state_refs
-        return stats, learner_metrics
-
-    def checkpoint_parts(self) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-        """The global observation statistics and every learner's resumable state."""
-        obs_rms = self.parameter_server.get_obs_rms.remote()
-        states = [learner.checkpoint_state.remote() for learner in self.learners]
-        return _get(obs_rms), _get(states)
-
-    def close(self) -> None:
-        import ray
-
-        for handle in [self.parameter_server, *self.learners, *self.rollout_actors]:
-            ray.kill(handle)
-
-
-class FlashSACRoundLoop:
-    """FlashSAC on Ray: each learner process drives its own rollout actors (EnvStepper) and
-    chooses their actions with ``learner.actor.explore``; a round is ``rollout_length`` steps
-    of every env, with updates interleaved. Sync rounds average all learners' networks."""
-
-    def __init__(
-        self,
-        config: Config,
-        topology: TrainingTopology,
-        spec: Any,
-        facts: Any,
-        stored: dict[str, Any] | None = None,
-    ) -> None:
-        import ray
-
-        from drlcli.algos.flash_sac.collector import EnvStepper, FlashSACWorker
-        from drlcli.runtime.parameter_server import ParameterServer
-
-        self.config, self.topology = config, topology
-        params = config.algo_params
-        learner_resources = _learner_resources(topology)
-        self.parameter_server = ray.remote(ParameterServer).options(num_cpus=0).remote(None)
-        self.steppers = [
-            ray.remote(EnvStepper).options(num_cpus=1).remote(index, config.env)
-            for index in range(topology.num_actors)
-        ]
-        # Torch threads per learner process: this machine's cores split among the learners.
-        threads_per_learner = max(1, (os.cpu_count() or 1) // topology.num_learners)
-        transitions_per_learner = config.total_env_steps / topology.num_learners
-        total_updates = math.ceil(transitions_per_learner * params.updates_per_env_step)
-        self.workers = []
-        for learner_index in range(topology.num_learners):
-            own = [
-                stepper
-                for index, stepper in enumerate(self.steppers)
-                if topology.learner_of_actor(index) == learner_index
-            ]
-            self.workers.append(
-                ray.remote(FlashSACWorker)
-                .options(**learner_resources)
-                .remote(
-                    spec,
-                    own,
-                    facts.obs_dim,
-                    facts.action_dim,
-                    facts.action_low.tolist(),
-                    facts.action_high.tolist(),
-                    params,
-                    config.gamma,
-                    config.env.num_envs,
-                    total_updates,
-                    topology.learner_device,
-                    config.env.seed + learner_index,
-                    threads_per_learner,
-                )
-            )
-        if stored is not None:
-            states = stored["learner_states"]
-            states = [states[i % len(states)] for i in range(len(self.workers))]
-            _get([w.restore.remote(s) for w, s in zip(self.workers, states, strict=True)])
-        else:
-            initial = self.workers[0].network_state.remote()
-            _get([worker.load_network_state.remote(initial) for worker in self.workers[1:]])
-
-    def run_round(self, round_index: int, total_rounds: int) -> tuple[list[dict], dict]:
-        stats_refs, metric_refs = [], []
-        for worker in self.workers:
-            stats, metrics = worker.run.options(num_returns=2).remote(self.config.rollout_length)
-            stats_refs.append(stats)
-            metric_refs.append(metrics)
-        stats = _get(stats_refs)
-        learner_metrics = average_metrics(_get(metric_refs))
-        if len(self.workers) > 1 and (round_index + 1) % self.config.param_sync_interval == 0:
-            states = [worker.network_state.remote() for worker in self.workers]
-            averaged = self.parameter_server.average_parameters.remote(*states)
-            _get([worker.load_network_state.remote(averaged) for worker in self.workers])
-        return stats, learner_metrics
-
-    def checkpoint_parts(self) -> tuple[None, list[dict[str, Any]]]:
-        """No observation statistics (the input BatchNorm normalises); every learner's state."""
-        return None, _get([worker.checkpoint_state.remote() for worker in self.workers])
-
-    def save_replay(self, path: Path) -> None:
-        """Every learner's replay buffer as one ``.npz`` of plain arrays, written atomically."""
-        buffers = _get([worker.replay_arrays.remote() for worker in self.workers])
-        arrays = {
-            f"learner{index}_{name}": array
-            for index, buffer in enumerate(buffers)
-            for name, array in buffer.items()
-        }
-        with atomic_output(path) as temp:
-            np.savez(temp, **arrays)
-
-    def load_replay(self, path: Path) -> None:
-        """Refill the replay buffers from ``save_replay``'s file (no pickles are read)."""
-        try:
-            with np.load(path, allow_pickle=False) as data:
-                stored = sorted({key.split("_", 1)[0] for key in data.files})
-                buffers = [
-                    {
-                        key.split("_", 1)[1]: data[key]
-                        for key in data.files
-                        if key.startswith(f"{p}_")
-                    }
-                    for p in stored
-                ]
-        except (OSError, ValueError) as error:
-            raise CheckpointError(f"{path}: not a readable replay buffer file ({error})") from error
-        if not buffers:
-            raise CheckpointError(f"{path}: the replay buffer file holds no learner")
-        _get(
-            [
-                worker.load_replay_arrays.remote(buffers[index % len(buffers)])
-                for index, worker in enumerate(self.workers)
-            ]
-        )
-
-    def close(self) -> None:
-        import ray
-
-        for handle in [self.parameter_server, *self.workers, *self.steppers]:
-            ray.kill(handle)
-
-
 def _run(
     config: Config,
     topology: TrainingTopology,
@@ -510,6 +255,9 @@ def _run(
     quiet: bool,
     console: Console,
 ) -> TrainingSummary:
+    from drlcli.runtime.flash_sac_loop import FlashSACRoundLoop
+    from drlcli.runtime.ppo_loop import PPORoundLoop
+
     loop_type = FlashSACRoundLoop if config.algo == "flash_sac" else PPORoundLoop
     loop = loop_type(config, topology, spec, facts, stored)
     if replay_file is not None:
@@ -591,32 +339,6 @@ def _metrics_row(
         ),
         **learner_metrics,
     }
-
-
-def _get(refs: Any) -> Any:
-    """``ray.get`` that turns a worker's failure into a one-line DrlError."""
-    import ray
-
-    try:
-        return ray.get(refs)
-    except ray.exceptions.RayTaskError as error:
-        cause = error.cause
-        if isinstance(cause, DrlError):
-            raise cause from None
-        if isinstance(cause, ValueError) and "NaN or infinite" in str(cause):
-            raise TrainingError(
-                "the environment returned NaN or infinite observations; check the task"
-            ) from None
-        first_line = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
-        raise TrainingError(
-            f"a training worker failed: {type(cause).__name__}: {first_line}"
-        ) from None
-    except ray.exceptions.RayActorError as error:
-        raise TrainingError(f"a training worker died: {error}") from None
-
-
-def _to_numpy(value: Any) -> Any:
-    return value.numpy() if isinstance(value, torch.Tensor) else value
 
 
 def _to_tensors(value: Any) -> Any:

@@ -1,0 +1,142 @@
+"""FlashSAC's round loop on Ray: each learner process drives its own rollout actors."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from drlcli.atomic import atomic_output
+from drlcli.config import Config
+from drlcli.errors import CheckpointError
+from drlcli.metrics import average_metrics
+from drlcli.runtime.ray_session import get_or_raise as _get
+from drlcli.runtime.ray_session import learner_resources as _learner_resources
+from drlcli.topology import TrainingTopology
+
+
+class FlashSACRoundLoop:
+    """FlashSAC on Ray: each learner process drives its own rollout actors (EnvStepper) and
+    chooses their actions with ``learner.actor.explore``; a round is ``rollout_length`` steps
+    of every env, with updates interleaved. Sync rounds average all learners' networks."""
+
+    def __init__(
+        self,
+        config: Config,
+        topology: TrainingTopology,
+        spec: Any,
+        facts: Any,
+        stored: dict[str, Any] | None = None,
+    ) -> None:
+        import ray
+
+        from drlcli.algos.flash_sac.collector import EnvStepper, FlashSACWorker
+        from drlcli.runtime.parameter_server import ParameterServer
+
+        self.config, self.topology = config, topology
+        params = config.algo_params
+        learner_resources = _learner_resources(topology)
+        self.parameter_server = ray.remote(ParameterServer).options(num_cpus=0).remote(None)
+        self.steppers = [
+            ray.remote(EnvStepper).options(num_cpus=1).remote(index, config.env)
+            for index in range(topology.num_actors)
+        ]
+        # Torch threads per learner process: this machine's cores split among the learners.
+        threads_per_learner = max(1, (os.cpu_count() or 1) // topology.num_learners)
+        transitions_per_learner = config.total_env_steps / topology.num_learners
+        total_updates = math.ceil(transitions_per_learner * params.updates_per_env_step)
+        self.workers = []
+        for learner_index in range(topology.num_learners):
+            own = [
+                stepper
+                for index, stepper in enumerate(self.steppers)
+                if topology.learner_of_actor(index) == learner_index
+            ]
+            self.workers.append(
+                ray.remote(FlashSACWorker)
+                .options(**learner_resources)
+                .remote(
+                    spec,
+                    own,
+                    facts.obs_dim,
+                    facts.action_dim,
+                    facts.action_low.tolist(),
+                    facts.action_high.tolist(),
+                    params,
+                    config.gamma,
+                    config.env.num_envs,
+                    total_updates,
+                    topology.learner_device,
+                    config.env.seed + learner_index,
+                    threads_per_learner,
+                )
+            )
+        if stored is not None:
+            states = stored["learner_states"]
+            states = [states[i % len(states)] for i in range(len(self.workers))]
+            _get([w.restore.remote(s) for w, s in zip(self.workers, states, strict=True)])
+        else:
+            initial = self.workers[0].network_state.remote()
+            _get([worker.load_network_state.remote(initial) for worker in self.workers[1:]])
+
+    def run_round(self, round_index: int, total_rounds: int) -> tuple[list[dict], dict]:
+        stats_refs, metric_refs = [], []
+        for worker in self.workers:
+            stats, metrics = worker.run.options(num_returns=2).remote(self.config.rollout_length)
+            stats_refs.append(stats)
+            metric_refs.append(metrics)
+        stats = _get(stats_refs)
+        learner_metrics = average_metrics(_get(metric_refs))
+        if len(self.workers) > 1 and (round_index + 1) % self.config.param_sync_interval == 0:
+            states = [worker.network_state.remote() for worker in self.workers]
+            averaged = self.parameter_server.average_parameters.remote(*states)
+            _get([worker.load_network_state.remote(averaged) for worker in self.workers])
+        return stats, learner_metrics
+
+    def checkpoint_parts(self) -> tuple[None, list[dict[str, Any]]]:
+        """No observation statistics (the input BatchNorm normalises); every learner's state."""
+        return None, _get([worker.checkpoint_state.remote() for worker in self.workers])
+
+    def save_replay(self, path: Path) -> None:
+        """Every learner's replay buffer as one ``.npz`` of plain arrays, written atomically."""
+        buffers = _get([worker.replay_arrays.remote() for worker in self.workers])
+        arrays = {
+            f"learner{index}_{name}": array
+            for index, buffer in enumerate(buffers)
+            for name, array in buffer.items()
+        }
+        with atomic_output(path) as temp:
+            np.savez(temp, **arrays)
+
+    def load_replay(self, path: Path) -> None:
+        """Refill the replay buffers from ``save_replay``'s file (no pickles are read)."""
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                stored = sorted({key.split("_", 1)[0] for key in data.files})
+                buffers = [
+                    {
+                        key.split("_", 1)[1]: data[key]
+                        for key in data.files
+                        if key.startswith(f"{p}_")
+                    }
+                    for p in stored
+                ]
+        except (OSError, ValueError) as error:
+            raise CheckpointError(f"{path}: not a readable replay buffer file ({error})") from error
+        if not buffers:
+            raise CheckpointError(f"{path}: the replay buffer file holds no learner")
+        _get(
+            [
+                worker.load_replay_arrays.remote(buffers[index % len(buffers)])
+                for index, worker in enumerate(self.workers)
+            ]
+        )
+
+    def close(self) -> None:
+        import ray
+
+        for handle in [self.parameter_server, *self.workers, *self.steppers]:
+            ray.kill(handle)

@@ -1,0 +1,143 @@
+"""PPO's round loop on Ray: rollout actors sample with their learner's parameters, learners
+train, a sync round averages all learners (Method.md, "Rounds and synchronisation")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from drlcli.config import Config
+from drlcli.metrics import average_metrics
+from drlcli.normalization import RmsState, merge_rms_states
+from drlcli.runtime.ray_session import get_or_raise as _get
+from drlcli.runtime.ray_session import learner_resources as _learner_resources
+from drlcli.topology import TrainingTopology
+
+
+class PPORoundLoop:
+    """The Ray handles of one PPO run and one method per step of a round.
+
+    ``parameter_refs[l]`` are the parameters learner ``l``'s rollout actors sample with next:
+    that learner's own after a non-sync round, the average of all learners after a sync round.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        topology: TrainingTopology,
+        spec: Any,
+        facts: Any,
+        stored: dict[str, Any] | None = None,
+    ) -> None:
+        import ray
+
+        from drlcli.algos.ppo.rollout_actor import MuJoCoActor
+        from drlcli.runtime.parameter_server import ParameterServer, average_state_dicts
+        from drlcli.runtime.workers import LearnerWorker
+
+        self.config, self.topology = config, topology
+        params = config.algo_params
+        learner_resources = _learner_resources(topology)
+        stored_rms = None if stored is None else stored.get("obs_rms_state")
+        self.parameter_server = (
+            ray.remote(ParameterServer)
+            .options(num_cpus=0)
+            .remote(
+                None if stored_rms is None else {k: _to_numpy(v) for k, v in stored_rms.items()}
+            )
+        )
+        self.learners = [
+            ray.remote(LearnerWorker)
+            .options(**learner_resources)
+            .remote(
+                spec,
+                facts.obs_dim,
+                facts.action_dim,
+                params,
+                topology.learner_device,
+                config.env.seed,
+            )
+            for _ in range(topology.num_learners)
+        ]
+        self.rollout_actors = [
+            ray.remote(MuJoCoActor)
+            .options(num_cpus=1)
+            .remote(index, config.env, spec, params, config.gamma)
+            for index in range(topology.num_actors)
+        ]
+        if stored is not None:
+            states = stored["learner_states"]
+            if len(states) != len(self.learners):  # another device count: start from the mean
+                networks = [{k: v for k, v in s.items() if k != "optimizer"} for s in states]
+                states = [{**average_state_dicts(networks), "optimizer": states[0]["optimizer"]}]
+                states *= len(self.learners)
+            _get([w.restore.remote(s) for w, s in zip(self.learners, states, strict=True)])
+        else:  # identical seeds already give identical learners; broadcasting makes it explicit
+            initial = self.learners[0].state_dict.remote()
+            _get([learner.load_state_dict.remote(initial) for learner in self.learners[1:]])
+        self.parameter_refs = [learner.state_dict.remote() for learner in self.learners]
+        self.last_trained_refs: list[Any] = []
+
+    def run_round(self, round_index: int, total_rounds: int) -> tuple[list[dict], dict]:
+        """Sample, merge statistics, train, sync. Returns (rollout stats, learner metrics)."""
+        config, topology, params = self.config, self.topology, self.config.algo_params
+        obs_rms_ref = self.parameter_server.get_obs_rms.remote()
+        trajectory_refs, stats_refs = [], []
+        for actor_index, actor in enumerate(self.rollout_actors):
+            owner = topology.learner_of_actor(actor_index)
+            trajectory, stats = actor.sample.options(num_returns=2).remote(
+                self.parameter_refs[owner],
+                config.rollout_length,
+                config.gamma,
+                config.gae_lambda,
+                obs_rms_ref,
+            )
+            trajectory_refs.append(trajectory)
+            stats_refs.append(stats)
+        stats = _get(stats_refs)
+        # All rollout actors' increments first, then one merge into the global history.
+        increment = merge_rms_states([RmsState.from_dict(s["obs_rms_moments"]) for s in stats])
+        self.parameter_server.update_obs_rms.remote(increment.to_dict())
+
+        fraction_left = 1.0 - round_index / total_rounds
+        learning_rate = params.learning_rate * (
+            fraction_left if params.anneal_learning_rate else 1.0
+        )
+        state_refs, metric_refs = [], []
+        for learner_index, learner in enumerate(self.learners):
+            own = [
+                trajectory_refs[a]
+                for a in range(topology.num_actors)
+                if topology.learner_of_actor(a) == learner_index
+            ]
+            state_ref, metric_ref = learner.train_round.options(num_returns=2).remote(
+                learning_rate, *own
+            )
+            state_refs.append(state_ref)
+            metric_refs.append(metric_ref)
+        learner_metrics = average_metrics(_get(metric_refs))
+        self.last_trained_refs = state_refs
+        if len(self.learners) > 1 and (round_index + 1) % config.param_sync_interval == 0:
+            averaged = self.parameter_server.average_parameters.remote(*state_refs)
+            _get([learner.load_state_dict.remote(averaged) for learner in self.learners])
+            self.parameter_refs = [averaged] * len(self.learners)
+        else:
+            self.parameter_refs = state_refs
+        return stats, learner_metrics
+
+    def checkpoint_parts(self) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        """The global observation statistics and every learner's resumable state."""
+        obs_rms = self.parameter_server.get_obs_rms.remote()
+        states = [learner.checkpoint_state.remote() for learner in self.learners]
+        return _get(obs_rms), _get(states)
+
+    def close(self) -> None:
+        import ray
+
+        for handle in [self.parameter_server, *self.learners, *self.rollout_actors]:
+            ray.kill(handle)
+
+
+def _to_numpy(value: Any) -> Any:
+    return value.numpy() if isinstance(value, torch.Tensor) else value
