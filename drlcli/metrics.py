@@ -39,7 +39,7 @@ METRIC_SCHEMA: dict[str, str] = {
     "Loss/critic": "cross-entropy of the critic against the projected target, update mean",
     "Loss/actor": "E[alpha log pi - min Q] (without aux losses), actor-update mean",
     "Loss/temperature": "alpha * (H(pi) - H_target), actor-update mean",
-    "temperature": "entropy temperature alpha after the round's last actor update",
+    "temperature": "entropy temperature alpha, actor-update mean",
     "entropy": "policy entropy estimate -E[log pi], actor-update mean",
     "q_mean": "mean predicted Q of replayed (s, a) in scaled-reward units",
     "updates": "gradient updates this round, per learner",
