@@ -77,12 +77,13 @@ class PPORoundLoop:
             initial = self.learners[0].state_dict.remote()
             _get([learner.load_state_dict.remote(initial) for learner in self.learners[1:]])
         self.parameter_refs = [learner.state_dict.remote() for learner in self.learners]
+        self.obs_rms_ref = self.parameter_server.get_obs_rms.remote()
         self.last_trained_refs: list[Any] = []
 
     def run_round(self, round_index: int, total_rounds: int) -> tuple[list[dict], dict]:
         """Sample, merge statistics, train, sync. Returns (rollout stats, learner metrics)."""
         config, topology, params = self.config, self.topology, self.config.algo_params
-        obs_rms_ref = self.parameter_server.get_obs_rms.remote()
+        obs_rms_ref = self.obs_rms_ref
         trajectory_refs, stats_refs = [], []
         for actor_index, actor in enumerate(self.rollout_actors):
             owner = topology.learner_of_actor(actor_index)
@@ -98,7 +99,8 @@ class PPORoundLoop:
         stats = _get(stats_refs)
         # All rollout actors' increments first, then one merge into the global history.
         increment = merge_rms_states([RmsState.from_dict(s["obs_rms_moments"]) for s in stats])
-        self.parameter_server.update_obs_rms.remote(increment.to_dict())
+        # The merged state is next round's input: keep its reference, saving a Ray round trip.
+        self.obs_rms_ref = self.parameter_server.update_obs_rms.remote(increment.to_dict())
 
         fraction_left = 1.0 - round_index / total_rounds
         learning_rate = params.learning_rate * (

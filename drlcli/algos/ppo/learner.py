@@ -110,14 +110,14 @@ class Learner:
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate
         minibatch_size = max(1, buffer_size // p.num_minibatches)
-        sums = torch.zeros(6, device=self.device)  # policy, value, entropy, kl, clipfrac, gradnorm
+        sums = torch.zeros(4, device=self.device)  # policy loss, value loss, entropy, grad norm
         minibatches = 0
         epochs_done = 0
         stop = False
+        num_minibatches = buffer_size // minibatch_size  # a remainder is left out
         for _epoch in range(p.num_epochs):
             order = torch.randperm(buffer_size, generator=self.shuffle_generator).to(self.device)
-            for start in range(0, buffer_size - minibatch_size + 1, minibatch_size):
-                index = order[start : start + minibatch_size]
+            for index in order[: num_minibatches * minibatch_size].view(num_minibatches, -1):
                 logp, entropy = self.actor.log_prob_and_entropy(obs[index], actions[index])
                 log_ratio = logp - logp_old[index]
                 ratio = log_ratio.exp()
@@ -147,15 +147,14 @@ class Learner:
                 self.actor.normalize_parameters()
 
                 with torch.no_grad():
-                    approx_kl = ((ratio - 1) - log_ratio).mean()  # k3 estimator, >= 0
-                    clip_fraction = ((ratio - 1).abs() > p.clip_coef).float().mean()
-                    sums += torch.stack(
-                        [policy_loss, value_loss, entropy_mean, approx_kl, clip_fraction, grad_norm]
-                    ).detach()
+                    sums += torch.stack([policy_loss, value_loss, entropy_mean, grad_norm])
                 minibatches += 1
-                if p.target_kl is not None and approx_kl.item() > p.target_kl:
-                    stop = True  # KL early stop: the policy moved far enough this round
-                    break
+                if p.target_kl is not None:
+                    with torch.no_grad():
+                        approx_kl = ((ratio - 1) - log_ratio).mean()  # k3 estimator, >= 0
+                    if approx_kl.item() > p.target_kl:
+                        stop = True  # KL early stop: the policy moved far enough this round
+                        break
             epochs_done += 1
             if stop:
                 break
@@ -166,7 +165,12 @@ class Learner:
                 "PPO update produced a non-finite loss or gradient; lower "
                 "algo_params.learning_rate or check the environment's rewards"
             )
-        with torch.no_grad():
+        with torch.no_grad():  # how far the round's update moved the policy, on all its data
+            log_ratio, _ = self.actor.log_prob_and_entropy(obs, actions)
+            log_ratio -= logp_old
+            ratio = log_ratio.exp()
+            approx_kl = ((ratio - 1) - log_ratio).mean().item()
+            clip_fraction = ((ratio - 1).abs() > p.clip_coef).float().mean().item()
             predicted = self.value_network(obs)
             residual_var = torch.var(returns - predicted)
             returns_var = torch.var(returns)
@@ -175,9 +179,9 @@ class Learner:
             "Loss/policy": means[0],
             "Loss/value": means[1],
             "Loss/entropy": means[2],
-            "approx_kl": means[3],
-            "clip_fraction": means[4],
-            "grad_norm": means[5],
+            "approx_kl": approx_kl,
+            "clip_fraction": clip_fraction,
+            "grad_norm": means[3],
             "explained_variance": explained,
             "learning_rate": learning_rate,
             "epochs": float(epochs_done),
