@@ -212,10 +212,31 @@ def play_in_window(policy: PlayPolicy, episodes: int, seed: int, deterministic: 
             "record a video instead with --video out.mp4"
         )
     env = make_env(policy.env_id, max_episode_steps=policy.max_episode_steps, render_mode="human")
+    step_seconds = getattr(env.unwrapped, "dt", None) or 1.0 / env.metadata.get("render_fps", 30)
     try:
-        return run_episodes(policy, episodes, seed, deterministic, env=env)
+        return run_episodes(
+            policy, episodes, seed, deterministic, env=env, on_frame=RealTimePacer(step_seconds)
+        )
     finally:
         env.close()
+
+
+class RealTimePacer:
+    """Called once per frame: sleeps so that frames are ``step_seconds`` of wall time apart
+    (the viewer itself draws as fast as it can). Falls behind gracefully: no catch-up bursts."""
+
+    def __init__(self, step_seconds: float) -> None:
+        self.step_seconds = step_seconds
+        self._next: float | None = None
+
+    def __call__(self, env: Any) -> None:
+        import time
+
+        now = time.perf_counter()
+        if self._next is not None and now < self._next:
+            time.sleep(self._next - now)
+            now = self._next
+        self._next = now + self.step_seconds
 
 
 def record_video(

@@ -160,3 +160,56 @@ def test_play_command_errors(checkpoint_file, tmp_path):
     assert both.exit_code == 2 and "choose one of --render and --video" in both.output
     wrong_env = runner.invoke(app, ["play", str(checkpoint_file()), "--env", "Hopper-v5"])
     assert wrong_env.exit_code == 1 and "does not match the checkpoint" in wrong_env.output
+
+
+def test_real_time_pacer_spaces_frames_by_the_env_step():
+    import time
+
+    from drlcli.play import RealTimePacer
+
+    pacer = RealTimePacer(0.02)
+    started = time.perf_counter()
+    for _ in range(11):
+        pacer(None)
+    assert time.perf_counter() - started >= 0.2 - 1e-3
+
+
+def test_render_in_a_window_under_xvfb_at_real_time_pace(checkpoint_file):
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import time
+
+    if shutil.which("Xvfb") is None:
+        pytest.skip("Xvfb is not installed (apt-get install xvfb libgl1-mesa-dri)")
+    path = checkpoint_file()
+    server = subprocess.Popen(
+        ["Xvfb", ":97", "-screen", "0", "640x480x24"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    env = {**os.environ, "DISPLAY": ":97", "MUJOCO_GL": "glfw", "COLUMNS": "120"}
+
+    def play(*extra):
+        started = time.perf_counter()
+        result = subprocess.run(
+            [sys.executable, "-m", "drlcli", "play", str(path), "--episodes", "5", *extra],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+        assert result.returncode == 0, result.stderr
+        return time.perf_counter() - started
+
+    try:
+        time.sleep(1.0)
+        unpaced = play()
+        rendered = play("--render")
+    finally:
+        server.terminate()
+    # The same five deterministic episodes in-process give the step count; real time is 0.04 s
+    # of simulation a step, so the window run takes at least that much longer than a plain run.
+    steps = sum(r.length for r in run_episodes(load_play_actor(path), 5, seed=0))
+    assert rendered - unpaced >= 0.04 * steps * 0.8
