@@ -14,6 +14,7 @@ from typing import Annotated, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from drlcli import __version__
 from drlcli.errors import DrlError
@@ -42,7 +43,7 @@ def _run(action: Callable[[], T]) -> T:
         if _state["debug"]:
             traceback.print_exc()
         message = " ".join(str(error).split())
-        stderr.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+        stderr.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
         raise typer.Exit(error.exit_code) from None
     except KeyboardInterrupt:
         stderr.print("interrupted")

@@ -99,3 +99,10 @@ def test_dry_run_reports_a_topology_error(write_config):
     )
     assert result.exit_code == 2
     assert "num_actors: must equal num_gpus * actors_per_gpu" in result.output
+
+
+def test_error_text_is_printed_verbatim_not_as_markup(write_config):
+    # A key that looks like rich markup must survive in the one-line error.
+    result = runner.invoke(app, ["train", "--dry-run", str(write_config('"[b]": 1\n'))])
+    assert result.exit_code == 2
+    assert "[b]: unknown key" in result.output
