@@ -39,7 +39,7 @@ def render_dry_run(config: Config, console: Console) -> None:
     table.add_column("key")
     table.add_column("value")
     for key, value in _flatten(config.to_dict()):
-        table.add_row(key, "null" if value is None else str(value))
+        table.add_row(key, "null" if value is None else escape(str(value)))
     console.print(table)
 
     spaces = Table(title=f"environment {facts.env_id}", header_style="bold")
@@ -66,8 +66,10 @@ def render_dry_run(config: Config, console: Console) -> None:
     rounds = -(-config.total_env_steps // per_round)
     layout.add_row("rounds", str(rounds))
     layout.add_row("param_sync_interval", str(config.param_sync_interval))
-    layout.add_row("metrics", config.metrics_path)
-    layout.add_row("checkpoints", f"{config.checkpoint_path}, {config.best_checkpoint_path}")
+    layout.add_row("metrics", escape(config.metrics_path))
+    layout.add_row(
+        "checkpoints", escape(f"{config.checkpoint_path}, {config.best_checkpoint_path}")
+    )
     console.print(layout)
     console.print("dry run: config valid; nothing started", style="green")
 
@@ -75,12 +77,14 @@ def render_dry_run(config: Config, console: Console) -> None:
 def render_audit(report: Any, console: Console) -> None:
     """The checks of ``drl verify`` as a table, then the one-line verdict."""
     styles = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red"}
-    table = Table(title=f"verify {report.path}", header_style="bold")
+    table = Table(title=escape(f"verify {report.path}"), header_style="bold")
     table.add_column("check")
     table.add_column("status")
     table.add_column("detail", overflow="fold")
     for check in report.checks:
-        table.add_row(check.name, f"[{styles[check.status]}]{check.status}[/]", check.detail)
+        table.add_row(
+            check.name, f"[{styles[check.status]}]{check.status}[/]", escape(check.detail)
+        )
     console.print(table)
     console.print(
         report.verdict, style="bold red" if report.failed else "bold green", highlight=False
@@ -91,7 +95,7 @@ def render_episodes(results: Any, title: str, console: Console) -> None:
     """Per-episode return and length, then mean +- std."""
     import statistics
 
-    table = Table(title=title, header_style="bold")
+    table = Table(title=escape(title), header_style="bold")
     table.add_column("episode", justify="right")
     table.add_column("return", justify="right")
     table.add_column("length", justify="right")
@@ -111,7 +115,7 @@ def render_episodes(results: Any, title: str, console: Console) -> None:
 
 def render_export(summary: Any, console: Console) -> None:
     """What ``drl export`` wrote and how well it matches torch."""
-    table = Table(title=f"exported {summary.path}", header_style="bold")
+    table = Table(title=escape(f"exported {summary.path}"), header_style="bold")
     table.add_column("")
     table.add_column("")
     table.add_row("file size", f"{summary.file_size_bytes / 1024:.1f} KiB")
