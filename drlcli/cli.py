@@ -184,7 +184,9 @@ def play(
             results, frames = record_video(
                 policy, video, episodes, seed, deterministic, width, height, fps
             )
-            stderr.print(f"wrote {video} ({frames} frames, {width}x{height})", highlight=False)
+            stderr.print(
+                escape(f"wrote {video} ({frames} frames, {width}x{height})"), highlight=False
+            )
         elif render:
             results = play_in_window(policy, episodes, seed, deterministic)
         else:
