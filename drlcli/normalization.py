@@ -29,6 +29,7 @@ class RmsState:
 
     @staticmethod
     def from_dict(data: dict[str, Any]) -> RmsState:
+        """From ``to_dict`` output or a checkpoint's entry (numpy arrays or CPU tensors)."""
         mean = np.asarray(data["mean"], dtype=np.float64)
         var = np.asarray(data["var"], dtype=np.float64)
         return RmsState(mean=mean, var=var, count=float(data["count"]))

@@ -108,7 +108,7 @@ def load_play_actor(
     rms_state = payload.get("obs_rms_state")
     obs_rms = None
     if rms_state is not None:
-        obs_rms = RmsState.from_dict({k: _numpy(v) for k, v in rms_state.items()})
+        obs_rms = RmsState.from_dict(rms_state)
     return PlayPolicy(
         actor=actor,
         obs_rms=obs_rms,
@@ -118,10 +118,6 @@ def load_play_actor(
         max_episode_steps=stored_env.get("max_episode_steps"),
         checkpoint=payload,
     )
-
-
-def _numpy(value: Any) -> Any:
-    return value.numpy() if isinstance(value, torch.Tensor) else value
 
 
 def _check_env_matches(

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from drlcli.config import Config
 from drlcli.metrics import average_metrics
 from drlcli.normalization import RmsState, merge_rms_states
@@ -40,13 +38,7 @@ class PPORoundLoop:
         params = config.algo_params
         learner_resources = _learner_resources(topology)
         stored_rms = None if stored is None else stored.get("obs_rms_state")
-        self.parameter_server = (
-            ray.remote(ParameterServer)
-            .options(num_cpus=0)
-            .remote(
-                None if stored_rms is None else {k: _to_numpy(v) for k, v in stored_rms.items()}
-            )
-        )
+        self.parameter_server = ray.remote(ParameterServer).options(num_cpus=0).remote(stored_rms)
         self.learners = [
             ray.remote(LearnerWorker)
             .options(**learner_resources)
@@ -139,7 +131,3 @@ class PPORoundLoop:
 
         for handle in [self.parameter_server, *self.learners, *self.rollout_actors]:
             ray.kill(handle)
-
-
-def _to_numpy(value: Any) -> Any:
-    return value.numpy() if isinstance(value, torch.Tensor) else value

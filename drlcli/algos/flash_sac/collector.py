@@ -140,13 +140,10 @@ class FlashSACWorker:
                 self.update_budget += len(self.obs) * p.updates_per_env_step
                 owed = int(self.update_budget)
                 self.update_budget -= owed
+                reward_scale = self.return_scaler.scale() if p.normalize_rewards else 1.0
                 started = time.perf_counter()
                 for _ in range(owed):
-                    batch = self.replay.sample(
-                        p.batch_size,
-                        self.return_scaler.scale() if p.normalize_rewards else 1.0,
-                        self.learner.device,
-                    )
+                    batch = self.replay.sample(p.batch_size, reward_scale, self.learner.device)
                     for name, value in self.learner.update(batch).items():
                         sums[name] = sums.get(name, 0.0) + value
                         counts[name] = counts.get(name, 0) + 1
