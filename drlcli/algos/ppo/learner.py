@@ -14,13 +14,13 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
 from drlcli.actors.spec import ActorSpec, build_policy_actor
 from drlcli.algos.ppo.buffer import ReplayBuffer
 from drlcli.algos.ppo.networks import ValueNetwork
 from drlcli.config import PPOParams
-from drlcli.errors import TrainingError
+from drlcli.errors import CheckpointError, PolicyActorContractError, TrainingError
+from drlcli.flat_parameters import FlatParameters
 
 
 class Learner:
@@ -50,11 +50,12 @@ class Learner:
         self.value_network = ValueNetwork(obs_dim, params.hidden_sizes, params.activation).to(
             self.device
         )
-        self.trained_parameters = [*self.actor.parameters(), *self.value_network.parameters()]
-        # The fused kernel does the whole Adam step in one call: on CPU with these small
-        # networks the per-tensor loop of the default implementation cost as much as backward.
+        # Small networks make each minibatch step overhead-bound: with all parameters in one
+        # flat tensor, zeroing, global gradient clipping and the (fused) Adam step are one
+        # kernel each instead of one per parameter tensor.
+        self.flat = FlatParameters([*self.actor.parameters(), *self.value_network.parameters()])
         self.optimizer = torch.optim.Adam(
-            self.trained_parameters, lr=params.learning_rate, eps=1e-5, fused=True
+            [self.flat.values], lr=params.learning_rate, eps=1e-5, fused=True
         )
         self.buffer = ReplayBuffer()
         self.shuffle_generator = torch.Generator().manual_seed(seed)
@@ -78,7 +79,13 @@ class Learner:
         return self.optimizer.state_dict()
 
     def load_optimizer_state(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state)
+        try:
+            self.optimizer.load_state_dict(state)
+        except (ValueError, KeyError, TypeError) as error:
+            raise CheckpointError(
+                f"the checkpoint's optimiser state does not fit this learner ({error}); it was "
+                "written by another drl version or network layout: start a new run instead"
+            ) from None
 
     # --- training --------------------------------------------------------------------------
 
@@ -115,34 +122,38 @@ class Learner:
         epochs_done = 0
         stop = False
         num_minibatches = buffer_size // minibatch_size  # a remainder is left out
+        columns = (obs, actions, logp_old, values_old, returns, advantages)
         for _epoch in range(p.num_epochs):
             order = torch.randperm(buffer_size, generator=self.shuffle_generator).to(self.device)
-            for index in order[: num_minibatches * minibatch_size].view(num_minibatches, -1):
-                logp, entropy = self.actor.log_prob_and_entropy(obs[index], actions[index])
-                log_ratio = logp - logp_old[index]
+            shuffled = [column[order] for column in columns]  # one gather per column and epoch
+            for start in range(0, num_minibatches * minibatch_size, minibatch_size):
+                mb_obs, mb_actions, mb_logp_old, mb_values_old, mb_returns, mb_adv = (
+                    column[start : start + minibatch_size] for column in shuffled
+                )
+                logp, entropy = self.actor.log_prob_and_entropy(mb_obs, mb_actions)
+                log_ratio = logp - mb_logp_old
                 ratio = log_ratio.exp()
-                mb_adv = advantages[index]
                 # L^CLIP, negated for gradient descent.
                 policy_loss = torch.max(
                     -mb_adv * ratio, -mb_adv * ratio.clamp(1 - p.clip_coef, 1 + p.clip_coef)
                 ).mean()
-                value = self.value_network(obs[index])
+                value = self.value_network(mb_obs)
                 if p.clip_value_loss:
-                    clipped = values_old[index] + (value - values_old[index]).clamp(
+                    clipped = mb_values_old + (value - mb_values_old).clamp(
                         -p.clip_coef, p.clip_coef
                     )
-                    value_error = torch.max(
-                        (value - returns[index]) ** 2, (clipped - returns[index]) ** 2
-                    )
+                    value_error = torch.max((value - mb_returns) ** 2, (clipped - mb_returns) ** 2)
                 else:
-                    value_error = (value - returns[index]) ** 2
+                    value_error = (value - mb_returns) ** 2
                 value_loss = 0.5 * value_error.mean()
                 entropy_mean = entropy.mean()
-                loss = policy_loss - p.ent_coef * entropy_mean + p.vf_coef * value_loss
+                loss = policy_loss + p.vf_coef * value_loss
+                if p.ent_coef:  # a zero coefficient would only add backward work
+                    loss = loss - p.ent_coef * entropy_mean
 
-                self.optimizer.zero_grad(set_to_none=True)
+                self.flat.zero_grad()
                 loss.backward()
-                grad_norm = nn.utils.clip_grad_norm_(self.trained_parameters, p.max_grad_norm)
+                grad_norm = self.flat.clip_grad_norm(p.max_grad_norm)
                 self.optimizer.step()
                 self.actor.normalize_parameters()
 
@@ -159,6 +170,12 @@ class Learner:
             if stop:
                 break
 
+        if not self.flat.check_views():
+            raise PolicyActorContractError(
+                "the policy actor replaced a parameter tensor or its gradient during the update "
+                "(e.g. `p.data = ...` in normalize_parameters); update parameters in place "
+                "(`p.copy_(...)` under torch.no_grad())"
+            )
         means = (sums / max(minibatches, 1)).tolist()
         if not all(np.isfinite(means)):
             raise TrainingError(

@@ -1,0 +1,75 @@
+"""One contiguous tensor for a set of parameters, and one for their gradients.
+
+PPO's minibatch step on small networks is bound by per-call overhead, not arithmetic: global
+gradient-norm clipping and Adam each loop over every parameter tensor. With the parameters'
+storage moved into one flat tensor (each ``nn.Parameter`` becomes a view of it) and their
+``.grad`` views of one flat gradient, autograd still accumulates into each view in place, and
+zeroing, clipping and the optimiser step are one call each over the whole model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+
+class FlatParameters:
+    """Moves ``parameters`` into ``values`` (flat, same device and dtype) and gives each a
+    ``.grad`` view into ``grads``.
+
+    The modules keep their ``nn.Parameter`` objects, so ``state_dict``/``load_state_dict``
+    (in-place copies) work unchanged. Anything that *replaces* a parameter's tensor
+    (``p.data = ...``) or its gradient (``zero_grad(set_to_none=True)``) detaches it from the
+    flat buffers; :meth:`check_views` detects that.
+
+    Args:
+        parameters: tensors of one device and floating dtype, each trained (no duplicates).
+    """
+
+    def __init__(self, parameters: Sequence[nn.Parameter]) -> None:
+        self.parameters = list(parameters)
+        if not self.parameters:
+            raise ValueError("FlatParameters needs at least one parameter")
+        if len({id(p) for p in self.parameters}) != len(self.parameters):
+            raise ValueError("FlatParameters: a parameter is listed twice")
+        first = self.parameters[0]
+        if any(p.device != first.device or p.dtype != first.dtype for p in self.parameters):
+            raise ValueError("FlatParameters: all parameters must share device and dtype")
+        with torch.no_grad():
+            self.values = torch.cat([p.detach().reshape(-1) for p in self.parameters])
+        self.grads = torch.zeros_like(self.values)
+        # The optimiser steps this tensor; its gradient is the flat gradient buffer.
+        self.values.grad = self.grads
+        offset = 0
+        for parameter in self.parameters:
+            size = parameter.numel()
+            parameter.data = self.values[offset : offset + size].view_as(parameter)
+            parameter.grad = self.grads[offset : offset + size].view_as(parameter)
+            offset += size
+
+    def zero_grad(self) -> None:
+        self.grads.zero_()
+
+    def clip_grad_norm(self, max_norm: float) -> torch.Tensor:
+        """Scale the gradients so their global L2 norm is at most ``max_norm`` (as
+        ``torch.nn.utils.clip_grad_norm_``); returns the norm before clipping (0-d tensor)."""
+        norm = torch.linalg.vector_norm(self.grads)
+        self.grads.mul_(torch.clamp(max_norm / (norm + 1e-6), max=1.0))
+        return norm
+
+    def check_views(self) -> bool:
+        """Whether every parameter and gradient still lives in the flat buffers."""
+        start, end = self.values.data_ptr(), self.values.data_ptr() + self.values.nbytes
+        grad_start = self.grads.data_ptr()
+        grad_end = grad_start + self.grads.nbytes
+        for parameter in self.parameters:
+            if parameter.numel() == 0:  # an empty view has no address to check
+                continue
+            grad = parameter.grad
+            if not start <= parameter.data_ptr() < end:
+                return False
+            if grad is None or not grad_start <= grad.data_ptr() < grad_end:
+                return False
+        return True

@@ -1,0 +1,137 @@
+"""FlatParameters: the flat buffers behave like per-tensor parameters, clipping and Adam."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from drlcli.algos.ppo.learner import Learner
+from drlcli.errors import CheckpointError, PolicyActorContractError
+from drlcli.flat_parameters import FlatParameters
+from tests.test_ppo import PARAMS, SPEC
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(5, 16), nn.Tanh(), nn.Linear(16, 3))
+
+
+def _loss(model: nn.Module, seed: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(32, 5, generator=generator)
+    return (model(x) ** 2).mean() * 100.0  # large gradients, so clipping is active
+
+
+def test_flattening_keeps_values_and_modules_see_optimizer_updates():
+    model = _model()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    flat = FlatParameters(list(model.parameters()))
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, before[key])
+    assert flat.values.numel() == sum(v.numel() for v in before.values())
+    flat.values.add_(1.0)  # an in-place change of the flat tensor is a change of the module
+    assert torch.equal(model[0].weight, before["0.weight"] + 1.0)
+    assert flat.check_views()
+
+
+def test_training_matches_per_tensor_clipping_and_adam():
+    reference, model = _model(), _model()
+    flat = FlatParameters(list(model.parameters()))
+    flat_adam = torch.optim.Adam([flat.values], lr=1e-2, eps=1e-5, fused=True)
+    reference_adam = torch.optim.Adam(reference.parameters(), lr=1e-2, eps=1e-5, foreach=False)
+    for step in range(5):
+        flat.zero_grad()
+        _loss(model, step).backward()
+        norm = flat.clip_grad_norm(0.5)
+        flat_adam.step()
+
+        reference_adam.zero_grad()
+        _loss(reference, step).backward()
+        reference_norm = nn.utils.clip_grad_norm_(reference.parameters(), 0.5)
+        reference_adam.step()
+
+        assert norm.item() == pytest.approx(reference_norm.item(), rel=1e-5)
+        assert norm.item() > 0.5
+        for ours, theirs in zip(model.parameters(), reference.parameters(), strict=True):
+            torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(ours.grad, theirs.grad, rtol=1e-5, atol=1e-6)
+    assert torch.linalg.vector_norm(flat.grads).item() == pytest.approx(0.5, rel=1e-4)
+
+
+def test_load_state_dict_keeps_the_views():
+    model = _model()
+    flat = FlatParameters(list(model.parameters()))
+    model.load_state_dict({k: torch.zeros_like(v) for k, v in model.state_dict().items()})
+    assert flat.check_views()
+    assert torch.count_nonzero(flat.values) == 0
+
+
+def test_check_views_detects_replaced_tensors():
+    model = _model()
+    flat = FlatParameters(list(model.parameters()))
+    model[0].weight.data = model[0].weight.data.clone()
+    assert not flat.check_views()
+
+    other = _model()
+    flat = FlatParameters(list(other.parameters()))
+    other.zero_grad(set_to_none=True)
+    assert not flat.check_views()
+
+
+def test_rejects_duplicates_and_mixed_dtypes():
+    model = _model()
+    with pytest.raises(ValueError, match="twice"):
+        FlatParameters([model[0].weight, model[0].weight])
+    mixed = [nn.Parameter(torch.zeros(2)), nn.Parameter(torch.zeros(2, dtype=torch.float64))]
+    with pytest.raises(ValueError, match="dtype"):
+        FlatParameters(mixed)
+    with pytest.raises(ValueError, match="at least one"):
+        FlatParameters([])
+
+
+def _filled_learner(seed: int = 0) -> Learner:
+    learner = Learner(SPEC, obs_dim=4, action_dim=1, params=PARAMS, seed=seed)
+    generator = torch.Generator().manual_seed(seed)
+    size = 64
+    learner.add(
+        {
+            "obs": torch.randn(size, 4, generator=generator).numpy(),
+            "act": torch.randn(size, 1, generator=generator).numpy(),
+            "logp": (torch.randn(size, generator=generator) - 1.0).numpy(),
+            "value": torch.randn(size, generator=generator).numpy(),
+            "ret": torch.randn(size, generator=generator).numpy(),
+            "adv": torch.randn(size, generator=generator).numpy(),
+        }
+    )
+    return learner
+
+
+def test_learner_refuses_an_actor_that_replaces_its_parameters():
+    learner = _filled_learner()
+
+    def replace_parameters() -> None:
+        weight = learner.actor.mean_network[0].weight
+        weight.data = weight.data.clone()
+
+    learner.actor.normalize_parameters = replace_parameters
+    with pytest.raises(PolicyActorContractError, match="in place"):
+        learner.train_step(3e-4)
+
+
+def test_learner_optimizer_state_round_trips_and_a_foreign_one_is_refused():
+    learner = _filled_learner()
+    learner.train_step(3e-4)
+    state = copy.deepcopy(learner.optimizer_state())
+    fresh = Learner(SPEC, obs_dim=4, action_dim=1, params=PARAMS, seed=1)
+    fresh.load_optimizer_state(state)
+    torch.testing.assert_close(
+        fresh.optimizer.state[fresh.flat.values]["exp_avg"],
+        learner.optimizer.state[learner.flat.values]["exp_avg"],
+    )
+    # The per-tensor layout of another network (here: 3 parameter tensors) does not fit.
+    per_tensor = torch.optim.Adam(_model().parameters()).state_dict()
+    with pytest.raises(CheckpointError, match="optimiser state does not fit"):
+        fresh.load_optimizer_state(per_tensor)
