@@ -14,7 +14,9 @@ Required surface (``B`` = batch, ``O`` = obs_dim, ``A`` = action_dim):
 - ``explore(obs, dones=None, deterministic=False) -> env actions [B, A]``; deterministic gives
   ``transform(mean)``.
 - ``as_export_module() -> nn.Module``: ``obs [B, O] -> transform(mean) [B, A]``.
-- ``normalize_parameters() -> None`` (a no-op where the architecture needs none).
+- ``normalize_parameters() -> None`` (a no-op where the architecture needs none); it updates
+  parameters in place (``p.copy_(...)``), never replaces them (``p.data = ...``): learners may
+  keep parameters as views of one flat tensor (``drlcli.flat_parameters``).
 - ``inference_startup_memory_categories() -> dict[str, int]``: bytes per memory category
   (parameters, buffers) needed to start inference.
 - ``action_transform_id: str``, non-empty: names the action transform in ``actor_semantics``.
