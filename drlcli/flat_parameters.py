@@ -10,6 +10,7 @@ zeroing, clipping and the optimiser step are one call each over the whole model.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -73,3 +74,41 @@ class FlatParameters:
             if grad is None or not grad_start <= grad.data_ptr() < grad_end:
                 return False
         return True
+
+
+def flatten_optimizer_state(state: dict[str, Any], flat: FlatParameters) -> dict[str, Any]:
+    """An optimiser ``state_dict`` over ``flat``'s parameters one by one, as one over
+    ``flat.values``: per-parameter buffers (Adam's moments) are concatenated in the same order,
+    scalar entries (the step count) taken from the first parameter. A state already over one
+    tensor is returned unchanged.
+
+    Raises:
+        ValueError: the state does not describe these parameters (count or sizes differ).
+    """
+    groups = state["param_groups"]
+    indices = [index for group in groups for index in group["params"]]
+    if len(indices) == 1:
+        return state
+    if len(groups) != 1 or len(indices) != len(flat.parameters):
+        raise ValueError(
+            f"{len(indices)} parameter tensors in {len(groups)} groups, "
+            f"expected {len(flat.parameters)} in one"
+        )
+    per_parameter = [state["state"].get(index, {}) for index in indices]
+    merged: dict[str, torch.Tensor] = {}
+    for key in per_parameter[0]:
+        values = [entry[key] for entry in per_parameter]
+        if values[0].dim() == 0:
+            merged[key] = values[0].clone()
+            continue
+        for value, parameter in zip(values, flat.parameters, strict=True):
+            if value.shape != parameter.shape:
+                raise ValueError(
+                    f"{key} of shape {tuple(value.shape)} for a parameter of shape "
+                    f"{tuple(parameter.shape)}"
+                )
+        merged[key] = torch.cat([value.reshape(-1) for value in values])
+    return {
+        "state": {0: merged} if merged else {},
+        "param_groups": [{**groups[0], "params": [0]}],
+    }

@@ -135,3 +135,27 @@ def test_learner_optimizer_state_round_trips_and_a_foreign_one_is_refused():
     per_tensor = torch.optim.Adam(_model().parameters()).state_dict()
     with pytest.raises(CheckpointError, match="optimiser state does not fit"):
         fresh.load_optimizer_state(per_tensor)
+
+
+def test_a_per_tensor_optimizer_state_is_flattened_on_load():
+    """Checkpoints written before the flat layout held one Adam entry per parameter tensor."""
+    learner = _filled_learner()
+    parameters = learner.flat.parameters
+    per_tensor = torch.optim.Adam(parameters, lr=1e-3, eps=1e-5)
+    for step in range(3):
+        learner.flat.zero_grad()
+        loss = sum((p * (step + 1)).square().sum() for p in parameters)
+        loss.backward()
+        per_tensor.step()
+    learner.load_optimizer_state(per_tensor.state_dict())
+    loaded = learner.optimizer.state[learner.flat.values]
+    for key in ("exp_avg", "exp_avg_sq"):
+        expected = torch.cat([per_tensor.state[p][key].reshape(-1) for p in parameters])
+        assert torch.equal(loaded[key], expected)
+    assert float(loaded["step"]) == 3.0
+    assert learner.optimizer.param_groups[0]["lr"] == 1e-3
+
+    wrong_shapes = per_tensor.state_dict()
+    wrong_shapes["state"][0]["exp_avg"] = torch.zeros(7)
+    with pytest.raises(CheckpointError, match="shape"):
+        learner.load_optimizer_state(wrong_shapes)

@@ -20,7 +20,7 @@ from drlcli.algos.ppo.buffer import ReplayBuffer
 from drlcli.algos.ppo.networks import ValueNetwork
 from drlcli.config import PPOParams
 from drlcli.errors import CheckpointError, PolicyActorContractError, TrainingError
-from drlcli.flat_parameters import FlatParameters
+from drlcli.flat_parameters import FlatParameters, flatten_optimizer_state
 
 
 class Learner:
@@ -79,9 +79,11 @@ class Learner:
         return self.optimizer.state_dict()
 
     def load_optimizer_state(self, state: dict[str, Any]) -> None:
+        """Load an optimiser state of this learner's networks: over the flat parameters, or
+        one per parameter tensor (checkpoints written before the parameters were flat)."""
         try:
-            self.optimizer.load_state_dict(state)
-        except (ValueError, KeyError, TypeError) as error:
+            self.optimizer.load_state_dict(flatten_optimizer_state(state, self.flat))
+        except (ValueError, KeyError, TypeError, IndexError) as error:
             raise CheckpointError(
                 f"the checkpoint's optimiser state does not fit this learner ({error}); it was "
                 "written by another drl version or network layout: start a new run instead"
