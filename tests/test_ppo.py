@@ -10,7 +10,7 @@ import torch
 
 from drlcli.algos.ppo.buffer import ReplayBuffer
 from drlcli.algos.ppo.learner import Learner, gaussian_actor_spec
-from drlcli.algos.ppo.rollout_actor import MuJoCoActor
+from drlcli.algos.ppo.rollout_actor import MuJoCoActor, RewardScaler
 from drlcli.config import EnvConfig, PPOParams
 from drlcli.errors import TrainingError
 from drlcli.normalization import RmsState, normalize_observation
@@ -156,3 +156,26 @@ def test_non_finite_data_fails_with_a_training_error(rollout_actor, learner):
     learner.add(trajectory)
     with pytest.raises(TrainingError, match="non-finite"):
         learner.train_step(3e-4)
+
+
+def test_reward_scaler_divides_by_the_return_std_and_its_state_round_trips():
+    scaler = RewardScaler(num_envs=2, gamma=0.9, clip=10.0)
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        scaler(rng.normal(5.0, 2.0, size=2), np.array([False, False]))
+    rewards = np.array([1.0, -1.0])
+    scaled = scaler(rewards, np.array([True, True]))  # done: discounted returns restart
+    np.testing.assert_allclose(np.abs(scaled), 1.0 / np.sqrt(scaler.moments.var[0] + 1e-8))
+    tight = RewardScaler(num_envs=2, gamma=0.9, clip=0.1)
+    for _ in range(3):
+        assert np.abs(tight(np.array([5.0, -5.0]), np.array([False, False]))).max() == 0.1
+
+    restored = RewardScaler(num_envs=2, gamma=0.9, clip=10.0)
+    restored.restore(scaler.state())
+    assert restored.moments.count == scaler.moments.count
+    np.testing.assert_array_equal(restored.moments.var, scaler.moments.var)
+    scaler.discounted_return[:] = 0.0  # a resumed run starts new episodes
+    np.testing.assert_array_equal(
+        restored(rewards, np.zeros(2, bool)), scaler(rewards, np.zeros(2, bool))
+    )
+    assert RewardScaler(2, 0.9, 10.0).state() is None

@@ -63,8 +63,26 @@ def test_resume_continues_the_counters_and_appends_metrics(tiny_config):
     rows = read_metrics(config.metrics_path)
     assert [row["round"] for row in rows] == ["1", "2", "3", "4"]
     assert [row["env_steps"] for row in rows] == ["128", "256", "384", "512"]
+    # The reward scaler's statistics continued (64 steps x 2 envs per round), not restarted.
+    scalers = load_checkpoint(config.checkpoint_path)["learner_states"][0]["reward_scalers"]
+    assert [s["count"] for s in scalers] == [512.0]
     with pytest.raises(UsageError, match="raise total_env_steps"):
         run(longer, resume=config.checkpoint_path)
+
+
+def test_resume_with_more_rollout_actors_starts_them_from_the_merged_reward_statistics(
+    tiny_config,
+):
+    config = load_config(tiny_config("grown"))
+    run(tiny_config("grown"))
+    before = load_checkpoint(config.checkpoint_path)["learner_states"][0]["reward_scalers"]
+    assert [s["count"] for s in before] == [256.0]
+    run(tiny_config("grown", total=512, extra="num_actors: 2\n"), resume=config.checkpoint_path)
+    after = load_checkpoint(config.checkpoint_path)["learner_states"][0]["reward_scalers"]
+    assert [s["count"] for s in after] == [384.0, 384.0]  # 256 merged + 128 of one round each
+    # Rounds left are counted in env steps: one round of the new size (256) reaches 512.
+    rows = read_metrics(config.metrics_path)
+    assert [row["env_steps"] for row in rows] == ["128", "256", "512"]
 
 
 def test_resume_refuses_a_checkpoint_with_other_actor_semantics(tiny_config):
@@ -99,7 +117,7 @@ def test_learners_sample_with_own_parameters_between_syncs_and_average_on_sync(t
     spec = gaussian_actor_spec(config.algo_params, facts.action_low, facts.action_high)
     loop = PPORoundLoop(config, topology, spec, facts)
     try:
-        _, metrics = loop.run_round(0, total_rounds=4)  # not a sync round
+        _, metrics = loop.run_round(0, fraction_done=0.0)  # not a sync round
         assert metrics["buffer_size"] == 4 * 128  # summed over both learners
         trained = ray.get(loop.last_trained_refs)
         held = [ray.get(learner.state_dict.remote()) for learner in loop.learners]
@@ -113,7 +131,7 @@ def test_learners_sample_with_own_parameters_between_syncs_and_average_on_sync(t
                 trained[learner_index]["actor"][weight], held[learner_index]["actor"][weight]
             )
 
-        loop.run_round(1, total_rounds=4)  # sync round: (1 + 1) % 2 == 0
+        loop.run_round(1, fraction_done=0.25)  # sync round: (1 + 1) % 2 == 0
         trained = ray.get(loop.last_trained_refs)
         expected = average_state_dicts(trained)
         for learner in loop.learners:

@@ -82,7 +82,9 @@ class FlashSACRoundLoop:
             initial = self.workers[0].network_state.remote()
             _get([worker.load_network_state.remote(initial) for worker in self.workers[1:]])
 
-    def run_round(self, round_index: int, total_rounds: int) -> tuple[list[dict], dict]:
+    def run_round(self, round_index: int, fraction_done: float) -> tuple[list[dict], dict]:
+        """One round of every worker; ``fraction_done`` is unused (FlashSAC's schedules count
+        updates)."""
         stats_refs, metric_refs = [], []
         for worker in self.workers:
             stats, metrics = worker.run.options(num_returns=2).remote(self.config.rollout_length)

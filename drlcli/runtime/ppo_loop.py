@@ -60,8 +60,9 @@ class PPORoundLoop:
         ]
         if stored is not None:
             states = stored["learner_states"]
+            self._restore_reward_scalers(states)
             if len(states) != len(self.learners):  # another device count: start from the mean
-                networks = [{k: v for k, v in s.items() if k != "optimizer"} for s in states]
+                networks = [{part: s[part] for part in ("actor", "value")} for s in states]
                 states = [{**average_state_dicts(networks), "optimizer": states[0]["optimizer"]}]
                 states *= len(self.learners)
             _get([w.restore.remote(s) for w, s in zip(self.learners, states, strict=True)])
@@ -72,8 +73,12 @@ class PPORoundLoop:
         self.obs_rms_ref = self.parameter_server.get_obs_rms.remote()
         self.last_trained_refs: list[Any] = []
 
-    def run_round(self, round_index: int, total_rounds: int) -> tuple[list[dict], dict]:
-        """Sample, merge statistics, train, sync. Returns (rollout stats, learner metrics)."""
+    def run_round(self, round_index: int, fraction_done: float) -> tuple[list[dict], dict]:
+        """Sample, merge statistics, train, sync. Returns (rollout stats, learner metrics).
+
+        ``fraction_done``: env steps trained before this round over the run's total (the
+        learning-rate schedule).
+        """
         config, topology, params = self.config, self.topology, self.config.algo_params
         obs_rms_ref = self.obs_rms_ref
         trajectory_refs, stats_refs = [], []
@@ -94,17 +99,12 @@ class PPORoundLoop:
         # The merged state is next round's input: keep its reference, saving a Ray round trip.
         self.obs_rms_ref = self.parameter_server.update_obs_rms.remote(increment.to_dict())
 
-        fraction_left = 1.0 - round_index / total_rounds
         learning_rate = params.learning_rate * (
-            fraction_left if params.anneal_learning_rate else 1.0
+            1.0 - fraction_done if params.anneal_learning_rate else 1.0
         )
         state_refs, metric_refs = [], []
         for learner_index, learner in enumerate(self.learners):
-            own = [
-                trajectory_refs[a]
-                for a in range(topology.num_actors)
-                if topology.learner_of_actor(a) == learner_index
-            ]
+            own = [trajectory_refs[a] for a in self._actors_of(learner_index)]
             state_ref, metric_ref = learner.train_round.options(num_returns=2).remote(
                 learning_rate, *own
             )
@@ -120,11 +120,53 @@ class PPORoundLoop:
             self.parameter_refs = state_refs
         return stats, learner_metrics
 
+    def _actors_of(self, learner_index: int) -> list[int]:
+        return [
+            a
+            for a in range(self.topology.num_actors)
+            if self.topology.learner_of_actor(a) == learner_index
+        ]
+
     def checkpoint_parts(self) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-        """The global observation statistics and every learner's resumable state."""
+        """The global observation statistics and every learner's resumable state, which
+        includes the reward-scaler moments of its rollout actors (``reward_scalers``)."""
         obs_rms = self.parameter_server.get_obs_rms.remote()
         states = [learner.checkpoint_state.remote() for learner in self.learners]
-        return _get(obs_rms), _get(states)
+        reward_refs = [actor.reward_scaler_state.remote() for actor in self.rollout_actors]
+        states, rewards = _get(states), _get(reward_refs)
+        for learner_index, state in enumerate(states):
+            state["reward_scalers"] = [rewards[a] for a in self._actors_of(learner_index)]
+        return _get(obs_rms), states
+
+    def _restore_reward_scalers(self, states: list[dict[str, Any]]) -> None:
+        """Each rollout actor continues its reward statistics where the topology is the same;
+        under another one every actor starts from their merge. Checkpoints without them (and
+        runs with reward scaling off) leave the statistics to restart."""
+        stored = [state.get("reward_scalers") for state in states]
+        if any(per_learner is None for per_learner in stored):
+            return
+        same_topology = len(stored) == len(self.learners) and all(
+            len(per_learner) == len(self._actors_of(learner_index))
+            for learner_index, per_learner in enumerate(stored)
+        )
+        if same_topology:
+            assignment = {
+                actor: stored[learner_index][position]
+                for learner_index in range(len(self.learners))
+                for position, actor in enumerate(self._actors_of(learner_index))
+            }
+        else:
+            moments = [RmsState.from_dict(m) for per in stored for m in per if m is not None]
+            merged = merge_rms_states(moments)
+            assignment = dict.fromkeys(
+                range(self.topology.num_actors), None if merged is None else merged.to_dict()
+            )
+        _get(
+            [
+                actor.restore_reward_scaler.remote(assignment[index])
+                for index, actor in enumerate(self.rollout_actors)
+            ]
+        )
 
     def close(self) -> None:
         import ray

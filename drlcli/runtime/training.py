@@ -110,9 +110,11 @@ def train(
         if address and devices is None:
             topology = resolve_for(config, _cluster_devices())
         steps_per_round = topology.num_actors * config.env.num_envs * config.rollout_length
-        total_rounds = math.ceil(config.total_env_steps / steps_per_round)
         progress = _stored_progress(stored, resume) if stored is not None else RunProgress()
-        if progress.round >= total_rounds:
+        # Counted in env steps, so a resume may change the round size (more rollout actors).
+        rounds_left = math.ceil((config.total_env_steps - progress.env_steps) / steps_per_round)
+        total_rounds = progress.round + rounds_left
+        if rounds_left <= 0:
             raise UsageError(
                 f"{resume}: already trained {progress.env_steps} of total_env_steps="
                 f"{config.total_env_steps}; raise total_env_steps in the config to continue"
@@ -264,8 +266,9 @@ def _run(
         loop.load_replay(replay_file)
     started = time.perf_counter() - progress.wall_time_s
     last_return: float | None = None
+    planned_env_steps = progress.env_steps + (total_rounds - progress.round) * steps_per_round
     display = TrainingProgress(
-        total_env_steps=total_rounds * steps_per_round,
+        total_env_steps=planned_env_steps,
         completed=progress.env_steps,
         quiet=quiet,
         console=console,
@@ -276,7 +279,8 @@ def _run(
                 if stop.requested:
                     raise KeyboardInterrupt
                 round_started = time.perf_counter()
-                stats, learner_metrics = loop.run_round(round_index, total_rounds)
+                fraction_done = progress.env_steps / planned_env_steps
+                stats, learner_metrics = loop.run_round(round_index, fraction_done)
                 progress.round = round_index + 1
                 progress.env_steps += steps_per_round
                 now = time.perf_counter()

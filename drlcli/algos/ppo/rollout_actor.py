@@ -43,6 +43,22 @@ class RewardScaler:
         scale = np.sqrt(self.moments.var[0] + 1e-8)
         return np.clip(rewards / scale, -self.clip, self.clip)
 
+    def state(self) -> dict[str, Any] | None:
+        """The running moments as CPU tensors (checkpoint form), or None before any step.
+
+        The per-env discounted returns are not part of it: episodes restart on resume.
+        """
+        if self.moments is None:
+            return None
+        return {
+            "mean": torch.from_numpy(self.moments.mean.copy()),
+            "var": torch.from_numpy(self.moments.var.copy()),
+            "count": self.moments.count,
+        }
+
+    def restore(self, state: dict[str, Any] | None) -> None:
+        self.moments = RmsState.from_dict(state) if state is not None else None
+
 
 class MuJoCoActor:
     """Rollout actor ``actor_id``: collects on-policy trajectories for its learner.
@@ -183,6 +199,14 @@ class MuJoCoActor:
             "obs_rms_moments": compute_batch_moments(raw_obs.reshape(count, obs_dim)).to_dict(),
         }
         return trajectory, stats
+
+    def reward_scaler_state(self) -> dict[str, Any] | None:
+        """The reward scaler's moments for a checkpoint; None when reward scaling is off."""
+        return None if self.reward_scaler is None else self.reward_scaler.state()
+
+    def restore_reward_scaler(self, state: dict[str, Any] | None) -> None:
+        if self.reward_scaler is not None:
+            self.reward_scaler.restore(state)
 
     def close(self) -> None:
         self.envs.close()
