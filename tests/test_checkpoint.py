@@ -183,3 +183,60 @@ def test_semantic_mismatch_lists_every_differing_field_with_both_values():
     assert "kwargs: checkpoint {'hidden_sizes': [8]} != expected {'hidden_sizes': [64]}" in text
     assert "action_dim" not in text
     assert validate_actor_semantics(SEMANTICS, dict(SEMANTICS)) == SEMANTICS
+
+
+def _break_optimizer(payload):
+    del payload["learner_states"][0]["optimizer"]
+
+
+def _reward_scalers(value):
+    def modify(payload):
+        payload["learner_states"][0]["reward_scalers"] = value
+
+    return modify
+
+
+@pytest.mark.parametrize(
+    ("modify", "message"),
+    [
+        (_break_optimizer, r"learner_states\[0\] lacks optimizer"),
+        (_reward_scalers("moments"), r"reward_scalers is a str, expected a list"),
+        (_reward_scalers([{"mean": torch.zeros(1)}]), r"reward_scalers has an entry that is not"),
+        (
+            _reward_scalers([{"mean": torch.zeros(2), "var": torch.ones(2), "count": 4.0}]),
+            r"reward_scalers has an entry with the wrong shape",
+        ),
+    ],
+)
+def test_resume_refuses_damaged_learner_states_before_starting(
+    tmp_path, checkpoint_file, modify, message
+):
+    from drlcli.config import load_config
+    from drlcli.runtime.training import train
+
+    config_path = tmp_path / "fixture.yaml"
+    config_path.write_text(
+        "env: {id: InvertedPendulum-v5}\n"
+        "total_env_steps: 100000\n"
+        f"output_dir: {tmp_path / 'out'}\n"
+        "algo_params: {hidden_sizes: [8, 8]}\n"
+    )
+    path = checkpoint_file(modify)
+    before = path.read_bytes()
+    with pytest.raises(CheckpointError, match=message):
+        train(load_config(config_path), resume=path, quiet=True)
+    assert path.read_bytes() == before
+    assert not (tmp_path / "out").exists()  # no metrics or checkpoints were started
+
+
+def test_resume_accepts_reward_scalers_that_are_null_or_moments(tmp_path, checkpoint_file):
+    from drlcli.config import load_config
+    from drlcli.runtime.training import _load_for_resume
+
+    config_path = tmp_path / "fixture.yaml"
+    config_path.write_text("env: {id: InvertedPendulum-v5}\nalgo_params: {hidden_sizes: [8, 8]}\n")
+    moments = {"mean": torch.zeros(1, dtype=torch.float64), "var": torch.ones(1), "count": 8.0}
+    path = checkpoint_file(_reward_scalers([moments, None]))
+    payload = load_checkpoint(path)
+    stored = _load_for_resume(path, load_config(config_path), payload["actor_semantics"])
+    assert stored["learner_states"][0]["reward_scalers"][0]["count"] == 8.0
