@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -86,7 +87,13 @@ class TrainingProgress:
         table.add_row("wall time", f"{summary.wall_time_s:.1f} s")
         table.add_row("last mean return", _fmt(summary.last_return))
         table.add_row("best mean return", _fmt(summary.best_return))
-        table.add_row("checkpoint", str(summary.checkpoint_path))
-        table.add_row("best checkpoint", str(summary.best_checkpoint_path))
-        table.add_row("metrics", str(summary.metrics_path))
+        table.add_row("checkpoint", escape(str(summary.checkpoint_path)))
+        if summary.best_checkpoint_path is not None:
+            best = escape(str(summary.best_checkpoint_path))
+        elif summary.best_return is None:
+            best = "not written: no episode finished"
+        else:  # resumed under another name, and no round beat the stored best
+            best = f"not written: no round beat the resumed best {_fmt(summary.best_return)}"
+        table.add_row("best checkpoint", best)
+        table.add_row("metrics", escape(str(summary.metrics_path)))
         self.console.print(table)

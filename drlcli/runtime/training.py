@@ -53,7 +53,7 @@ class TrainingSummary:
     best_return: float | None
     last_return: float | None
     checkpoint_path: Path
-    best_checkpoint_path: Path
+    best_checkpoint_path: Path | None  # None: not written (no finished episode beat the best)
     metrics_path: Path
 
 
@@ -370,7 +370,11 @@ def _run(
         best_return=progress.best_return,
         last_return=last_return,
         checkpoint_path=config.checkpoint_path,
-        best_checkpoint_path=config.best_checkpoint_path,
+        best_checkpoint_path=(
+            config.best_checkpoint_path
+            if progress.best_return is not None and config.best_checkpoint_path.exists()
+            else None
+        ),
         metrics_path=Path(config.metrics_path),
     )
     display.summary(summary)
