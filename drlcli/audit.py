@@ -18,7 +18,7 @@ import torch
 
 from drlcli import __version__
 from drlcli.actors.spec import BUILDER_PATTERN, ActorSpec, resolve_builder
-from drlcli.checkpoint import load_checkpoint, validate_actor_semantics
+from drlcli.checkpoint import load_checkpoint, validate_actor_semantics, validate_learner_states
 from drlcli.errors import DrlError
 
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
@@ -250,6 +250,10 @@ def _check_progress(payload: dict) -> str:
     return f"round {progress['round']}, {progress['env_steps']} env steps"
 
 
+def _check_learner_states(payload: dict) -> str:
+    return validate_learner_states(payload["learner_states"], payload["algo"], source="checkpoint")
+
+
 def _check_versions(payload: dict) -> str:
     versions = payload["versions"]
     written = versions.get("drl")
@@ -268,5 +272,6 @@ _CHECKS: list[tuple[str, Callable[[dict], str]]] = [
     ("observation statistics", _check_obs_rms),
     ("finite tensors", _check_finite),
     ("progress counters", _check_progress),
+    ("resume state", _check_learner_states),
     ("library versions", _check_versions),
 ]

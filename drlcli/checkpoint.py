@@ -17,6 +17,7 @@ import torch
 from drlcli.actors.spec import SEMANTICS_FIELDS, SUPPORTED_SEMANTICS_VERSIONS
 from drlcli.atomic import atomic_output
 from drlcli.errors import CheckpointError, SemanticsError
+from drlcli.normalization import RmsState
 
 FORMAT_NAME = "drl-checkpoint"
 FORMAT_VERSION = 1
@@ -148,3 +149,74 @@ def validate_actor_semantics(
                 + "; ".join(differences)
             )
     return semantics
+
+
+# What each learner's state must hold for resume (Method.md, "Checkpoints").
+LEARNER_STATE_KEYS: dict[str, tuple[str, ...]] = {
+    "ppo": ("actor", "value", "optimizer"),
+    "flash_sac": (
+        "actor",
+        "critic",
+        "target_critic",
+        "log_temperature",
+        "actor_optimizer",
+        "critic_optimizer",
+        "temperature_optimizer",
+        "updates",
+        "return_scaler",
+        "transitions",
+    ),
+}
+
+
+def validate_learner_states(states: Any, algo: str, source: str = "checkpoint") -> str:
+    """Check that ``learner_states`` can be resumed by ``algo``: a non-empty list of mappings
+    with the keys the algorithm restores, and PPO's optional ``reward_scalers`` a list of null
+    or ``{mean, var, count}`` moments of shape ``[1]`` with a positive count.
+
+    Shared by training resume (before Ray starts) and ``drl verify``.
+
+    Returns:
+        A one-line description for ``drl verify``.
+
+    Raises:
+        CheckpointError: naming the first entry that is wrong.
+    """
+    if algo not in LEARNER_STATE_KEYS:
+        raise CheckpointError(f"{source}: unknown algo {algo!r}, cannot check its learner states")
+    if not isinstance(states, list) or not states:
+        raise CheckpointError(f"{source}: checkpoint has no learner state to resume from")
+    with_rewards = 0
+    for index, state in enumerate(states):
+        keys = state if isinstance(state, dict) else {}
+        missing = [key for key in LEARNER_STATE_KEYS[algo] if key not in keys]
+        if missing:
+            raise CheckpointError(
+                f"{source}: learner_states[{index}] lacks {', '.join(missing)}; the file is "
+                "damaged or not from drl train: resume from another checkpoint"
+            )
+        problem = _reward_scalers_problem(state.get("reward_scalers"))
+        if problem is not None:
+            raise CheckpointError(
+                f"{source}: learner_states[{index}].reward_scalers {problem}; the file is damaged"
+            )
+        with_rewards += state.get("reward_scalers") is not None
+    rewards = ", reward statistics included" if with_rewards == len(states) else ""
+    return f"{len(states)} learner state(s) complete for resume{rewards}"
+
+
+def _reward_scalers_problem(scalers: Any) -> str | None:
+    if scalers is None:
+        return None
+    if not isinstance(scalers, list):
+        return f"is a {type(scalers).__name__}, expected a list"
+    for moments in scalers:
+        if moments is None:
+            continue
+        try:
+            state = RmsState.from_dict(moments)
+        except (TypeError, KeyError, ValueError) as error:
+            return f"has an entry that is not {{mean, var, count}} ({error})"
+        if state.mean.shape != (1,) or state.var.shape != (1,) or not state.count > 0:
+            return "has an entry with the wrong shape or a non-positive count"
+    return None

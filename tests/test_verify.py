@@ -23,7 +23,7 @@ def test_a_good_checkpoint_passes_every_check(checkpoint_file):
     report = audit_checkpoint(checkpoint_file())
     assert not report.failed
     assert all(check.status == "PASS" for check in report.checks), report.checks
-    assert report.verdict.startswith("PASS: all 10 checks passed")
+    assert report.verdict.startswith("PASS: all 11 checks passed")
 
 
 def _set_semantics(**changes):
@@ -40,6 +40,15 @@ def _nan_weight(payload):
 def _nan_in_optimizer_state(payload):
     state = payload["learner_states"][0]["value"]
     next(iter(state.values())).view(-1)[0] = float("inf")
+
+
+def _no_optimizer(payload):
+    del payload["learner_states"][0]["optimizer"]
+
+
+def _bad_reward_moments(payload):
+    moments = {"mean": torch.zeros(3), "var": torch.ones(3), "count": 5.0}
+    payload["learner_states"][0]["reward_scalers"] = [moments]
 
 
 def _negative_var(payload):
@@ -87,6 +96,8 @@ def _no_semantics(payload):
         (_nan_weight, "finite tensors", "non-finite values in actor.log_std"),
         (_nan_in_optimizer_state, "finite tensors", "learner_states[0].value"),
         (_negative_round, "progress counters", "progress.round must be a non-negative"),
+        (_no_optimizer, "resume state", "learner_states[0] lacks optimizer"),
+        (_bad_reward_moments, "resume state", "reward_scalers has an entry with the wrong shape"),
     ],
 )
 def test_each_defect_fails_its_check_with_the_reason(checkpoint_file, modify, check, reason):
@@ -119,12 +130,12 @@ def test_custom_builder_is_a_warning_and_is_never_imported(checkpoint_file, tmp_
 def test_cli_table_verdict_and_exit_codes(checkpoint_file, tmp_path):
     result = runner.invoke(app, ["verify", str(checkpoint_file())], env={"COLUMNS": "200"})
     assert result.exit_code == 0
-    assert "PASS: all 10 checks passed" in result.output and "finite tensors" in result.output
+    assert "PASS: all 11 checks passed" in result.output and "finite tensors" in result.output
 
     bad = checkpoint_file(_nan_weight, name="bad.pt")
     result = runner.invoke(app, ["verify", str(bad)], env={"COLUMNS": "200"})
     assert result.exit_code == 1
-    assert "FAIL: 1 of 10 checks failed" in result.output
+    assert "FAIL: 1 of 11 checks failed" in result.output
 
     garbage = tmp_path / "garbage.pt"
     garbage.write_bytes(b"\x00\x01 not a checkpoint")

@@ -33,12 +33,12 @@ from drlcli.checkpoint import (
     load_checkpoint,
     save_checkpoint,
     validate_actor_semantics,
+    validate_learner_states,
 )
 from drlcli.config import Config
 from drlcli.envs import env_facts, make_env
 from drlcli.errors import CheckpointError, UsageError
 from drlcli.metrics import MetricsWriter, metric_columns
-from drlcli.normalization import RmsState
 from drlcli.runtime.progress import TrainingProgress
 from drlcli.runtime.ray_session import ray_session
 from drlcli.topology import AvailableDevices, TrainingTopology, detect_available_devices
@@ -212,61 +212,8 @@ def _load_for_resume(path: Path, config: Config, semantics: dict[str, Any]) -> d
         raise CheckpointError(
             f"{path}: checkpoint trained {stored_env!r}, config has {config.env.id!r}"
         )
-    states = payload.get("learner_states")
-    if not states or not isinstance(states, list):
-        raise CheckpointError(f"{path}: checkpoint has no learner state to resume from")
-    for index, state in enumerate(states):
-        keys = state if isinstance(state, dict) else {}
-        missing = [key for key in LEARNER_STATE_KEYS[config.algo] if key not in keys]
-        if missing:
-            raise CheckpointError(
-                f"{path}: learner_states[{index}] lacks {', '.join(missing)}; the file is "
-                "damaged or not from drl train: resume from another checkpoint"
-            )
-        _check_reward_scalers(path, index, state.get("reward_scalers"))
+    validate_learner_states(payload.get("learner_states"), config.algo, source=str(path))
     return payload
-
-
-# What a learner's checkpoint state must hold for resume (Method.md, "Checkpoints").
-LEARNER_STATE_KEYS = {
-    "ppo": ("actor", "value", "optimizer"),
-    "flash_sac": (
-        "actor",
-        "critic",
-        "target_critic",
-        "log_temperature",
-        "actor_optimizer",
-        "critic_optimizer",
-        "temperature_optimizer",
-        "updates",
-        "return_scaler",
-        "transitions",
-    ),
-}
-
-
-def _check_reward_scalers(path: Path, index: int, scalers: Any) -> None:
-    """PPO's optional reward-scaler moments: a list of null or ``{mean, var, count}``."""
-    if scalers is None:
-        return
-    problem = None
-    if not isinstance(scalers, list):
-        problem = f"is a {type(scalers).__name__}, expected a list"
-    for moments in scalers if problem is None else ():
-        if moments is None:
-            continue
-        try:
-            state = RmsState.from_dict(moments)
-        except (TypeError, KeyError, ValueError) as error:
-            problem = f"has an entry that is not {{mean, var, count}} ({error})"
-            break
-        if state.mean.shape != (1,) or state.var.shape != (1,) or not state.count > 0:
-            problem = "has an entry with the wrong shape or a non-positive count"
-            break
-    if problem is not None:
-        raise CheckpointError(
-            f"{path}: learner_states[{index}].reward_scalers {problem}; the file is damaged"
-        )
 
 
 class StopRequest:
