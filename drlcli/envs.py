@@ -5,6 +5,7 @@ Only continuous control is supported: a flat ``Box`` observation and a bounded `
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +47,7 @@ def make_env(
     """
     import gymnasium as gym
 
+    _route_mujoco_warnings()
     try:
         env = gym.make(
             env_id, max_episode_steps=max_episode_steps, render_mode=render_mode, **kwargs
@@ -60,6 +62,23 @@ def make_env(
         ) from error
     env_facts(env)
     return env
+
+
+def _warn_from_mujoco(message: str) -> None:
+    warnings.warn(f"MuJoCo: {message}", RuntimeWarning, stacklevel=2)
+
+
+def _route_mujoco_warnings() -> None:
+    """Send MuJoCo's warnings to Python's ``warnings`` (once per message and process).
+
+    MuJoCo's default handler also appends every warning to ``MUJOCO_LOG.TXT`` in the working
+    directory, e.g. gymnasium's HalfCheetah model's deprecated ``settotalmass`` on each run. A
+    handler someone else installed is left alone.
+    """
+    import mujoco
+
+    if mujoco.get_mju_user_warning() is None:
+        mujoco.set_mju_user_warning(_warn_from_mujoco)
 
 
 def env_facts(env: Any) -> EnvFacts:

@@ -1,0 +1,55 @@
+"""make_env's checks, EnvBatch's same-step auto-reset, MuJoCo's warnings."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from drlcli.envs import EnvBatch, make_env
+from drlcli.errors import EnvironmentSpecError
+
+
+def test_make_env_refuses_unknown_ids_and_unsupported_spaces():
+    with pytest.raises(EnvironmentSpecError, match="cannot make 'Hoper-v5'"):
+        make_env("Hoper-v5")
+    with pytest.raises(EnvironmentSpecError, match="action space must be a flat Box"):
+        make_env("CartPole-v1")
+
+
+def test_env_batch_resets_finished_episodes_in_the_same_step():
+    batch = EnvBatch("InvertedPendulum-v5", num_envs=2, seed=0, max_episode_steps=5)
+    reward_sums = np.zeros(2)
+    finished: list[float] = []
+    for step in range(5):
+        result = batch.step(np.zeros((2, 1)))
+        reward_sums += result.rewards
+        finished += result.finished_returns
+        done = result.terminated | result.truncated
+        # Where the episode went on, the final observation is the next one.
+        np.testing.assert_array_equal(result.final_obs[~done], result.next_obs[~done])
+        if step < 4:
+            assert not done.any()  # zero torque keeps the pole up for 5 steps
+    assert result.truncated.all()  # the 5-step limit
+    assert sorted(finished) == sorted(reward_sums.tolist())
+    # Auto-reset: the policy sees a fresh episode, the final observation is the pre-reset one.
+    assert not np.allclose(result.final_obs, result.next_obs)
+    np.testing.assert_array_equal(batch.obs, result.next_obs)
+    batch.close()
+
+
+def test_mujoco_warnings_become_python_warnings_and_leave_no_log_file(tmp_path):
+    # gymnasium 1.4's HalfCheetah model uses a compiler attribute MuJoCo 4 deprecates.
+    code = (
+        "from drlcli.envs import make_env\n"
+        "for _ in range(3):\n"
+        "    make_env('HalfCheetah-v5').close()\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("RuntimeWarning: MuJoCo: compiler attribute") == 1
+    assert not (tmp_path / "MUJOCO_LOG.TXT").exists()
