@@ -19,7 +19,8 @@ import torch
 from drlcli import __version__
 from drlcli.actors.spec import BUILDER_PATTERN, ActorSpec, resolve_builder
 from drlcli.checkpoint import load_checkpoint, validate_actor_semantics, validate_learner_states
-from drlcli.errors import DrlError
+from drlcli.config import check_env_kwargs
+from drlcli.errors import ConfigError, DrlError
 
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
 
@@ -119,6 +120,10 @@ def _check_format(payload: dict) -> str:
         _require(payload, key, kind)
     if "obs_rms_state" not in payload:
         raise _Failed("'obs_rms_state' is missing (null is allowed, absence is not)")
+    try:
+        check_env_kwargs(payload["env"].get("kwargs", {}), "env.kwargs")
+    except ConfigError as error:
+        raise _Failed(str(error)) from None
     return f"{payload['format']} v{payload['format_version']}, algo {algo}"
 
 

@@ -11,6 +11,7 @@ This module imports neither torch nor ray, so the CLI can validate a config inst
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
 import types
@@ -56,6 +57,17 @@ class EnvConfig:
     num_envs: int = field(default=1, metadata=_positive())
     seed: int = 0
     max_episode_steps: int | None = field(default=None, metadata=_positive())
+    # Keyword arguments of gymnasium.make, e.g. {xml_file: robot.xml} or
+    # {include_cfrc_ext_in_observation: false}; stored in checkpoints so play rebuilds the task.
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+# gymnasium.make arguments drl sets itself.
+RESERVED_ENV_KWARGS = {
+    "id": "env.id",
+    "max_episode_steps": "env.max_episode_steps",
+    "render_mode": "drl play --render / --video",
+}
 
 
 @dataclass(frozen=True)
@@ -254,6 +266,7 @@ def config_from_dict(raw: dict[str, Any], default_name: str = "run") -> Config:
     config = _build_dataclass(Config, raw, "", hint_overrides={"algo_params": params_type})
     if isinstance(config.algo_params, FlashSACParams):
         _check_flash_sac(config.algo_params)
+    check_env_kwargs(config.env.kwargs, "env.kwargs")
     name = config.name or default_name
     if not _NAME_PATTERN.match(name):
         raise ConfigError(
@@ -261,6 +274,29 @@ def config_from_dict(raw: dict[str, Any], default_name: str = "run") -> Config:
         )
     metrics_path = config.metrics_path or str(Path(config.output_dir) / f"metrics_{name}.csv")
     return dataclasses.replace(config, name=name, metrics_path=metrics_path)
+
+
+def check_env_kwargs(kwargs: Any, path: str) -> None:
+    """Env kwargs are plain JSON data (they travel to every process and into checkpoints) and
+    leave drl's own gymnasium.make arguments alone.
+
+    Raises:
+        ConfigError: naming the offending key.
+    """
+    if not isinstance(kwargs, dict):
+        raise ConfigError(f"{path}: expected a mapping, got {_describe(kwargs)}")
+    for key, value in kwargs.items():
+        if not isinstance(key, str):
+            raise ConfigError(f"{path}: keys must be strings, got {key!r}")
+        if key in RESERVED_ENV_KWARGS:
+            raise ConfigError(f"{path}.{key}: set by drl; use {RESERVED_ENV_KWARGS[key]}")
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError):
+            raise ConfigError(
+                f"{path}.{key}: {_describe(value)} is not plain data (use strings, numbers, "
+                "booleans, lists and mappings)"
+            ) from None
 
 
 def _check_flash_sac(params: FlashSACParams) -> None:

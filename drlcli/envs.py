@@ -60,6 +60,13 @@ def make_env(
         raise EnvironmentSpecError(
             f"env.id: {env_id!r} needs a missing package ({error})"
         ) from error
+    except (TypeError, ValueError, OSError) as error:
+        if not kwargs:  # not the user's input: a genuine bug, keep the traceback
+            raise
+        reason = " ".join(str(error).split())[:300]
+        raise EnvironmentSpecError(
+            f"env.kwargs: {env_id} does not accept {kwargs}: {type(error).__name__}: {reason}"
+        ) from error
     env_facts(env)
     return env
 
@@ -125,9 +132,17 @@ class EnvBatch:
     """
 
     def __init__(
-        self, env_id: str, num_envs: int, seed: int, max_episode_steps: int | None = None
+        self,
+        env_id: str,
+        num_envs: int,
+        seed: int,
+        max_episode_steps: int | None = None,
+        env_kwargs: dict[str, Any] | None = None,
     ) -> None:
-        self.envs = [make_env(env_id, max_episode_steps=max_episode_steps) for _ in range(num_envs)]
+        self.envs = [
+            make_env(env_id, max_episode_steps=max_episode_steps, **(env_kwargs or {}))
+            for _ in range(num_envs)
+        ]
         self.facts = env_facts(self.envs[0])
         self.num_envs = num_envs
         self._episode_returns = np.zeros(num_envs, dtype=np.float64)

@@ -20,7 +20,6 @@ from torch import nn
 
 from drlcli import __version__
 from drlcli.atomic import atomic_output
-from drlcli.envs import make_env
 from drlcli.errors import ExportError, UsageError
 from drlcli.normalization import RmsState
 from drlcli.play import PlayPolicy, load_play_actor
@@ -168,7 +167,7 @@ def _parity_observations(policy: PlayPolicy, steps: int) -> np.ndarray:
         random = policy.obs_rms.mean + scale * rng.normal(size=(64, obs_dim)) * 2.0
     else:
         random = rng.normal(size=(64, obs_dim)) * 2.0
-    env = make_env(policy.env_id, max_episode_steps=policy.max_episode_steps)
+    env = policy.make_env()
     real = []
     obs, _ = env.reset(seed=0)
     for _ in range(steps):  # the observations deterministic play actually meets

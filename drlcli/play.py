@@ -16,8 +16,9 @@ import torch
 
 from drlcli.actors.spec import ActorSpec, actor_semantics, build_policy_actor
 from drlcli.checkpoint import load_checkpoint, validate_actor_semantics
+from drlcli.config import check_env_kwargs
 from drlcli.envs import EnvFacts, env_facts, make_env
-from drlcli.errors import CheckpointError, SemanticsError, UsageError
+from drlcli.errors import CheckpointError, ConfigError, SemanticsError, UsageError
 from drlcli.normalization import RmsState, normalize_observation
 
 
@@ -30,6 +31,7 @@ class PlayPolicy:
         obs_rms: frozen observation statistics (None: observations are used raw).
         observation_clip: clip of normalised observations.
         env_id: the environment the checkpoint was trained on (or the validated override).
+        env_kwargs: the ``gymnasium.make`` keyword arguments training used ({} for an override).
         facts: that environment's spaces.
         max_episode_steps: the time limit training used (None: the task's own).
         checkpoint: the whole loaded payload.
@@ -39,9 +41,19 @@ class PlayPolicy:
     obs_rms: RmsState | None
     observation_clip: float
     env_id: str
+    env_kwargs: dict[str, Any]
     facts: EnvFacts
     max_episode_steps: int | None
     checkpoint: dict[str, Any]
+
+    def make_env(self, **overrides: Any) -> Any:
+        """The policy's environment as training made it; ``overrides`` (render_mode, width,
+        height) take precedence over the stored kwargs."""
+        return make_env(
+            self.env_id,
+            max_episode_steps=self.max_episode_steps,
+            **{**self.env_kwargs, **overrides},
+        )
 
     def act(self, obs: np.ndarray, deterministic: bool = True, dones: Any = None) -> np.ndarray:
         """Env actions ``[B, action_dim]`` float32 for raw observations ``[B, obs_dim]``."""
@@ -91,7 +103,13 @@ def load_play_actor(
     if not isinstance(trained_env_id, str):
         raise CheckpointError(f"{source}: checkpoint does not name its environment (env.id)")
     run_env_id = env_id or trained_env_id
-    env = make_env(run_env_id)
+    # Another task does not take the trained task's kwargs (an xml_file, say).
+    env_kwargs = stored_env.get("kwargs", {}) if run_env_id == trained_env_id else {}
+    try:
+        check_env_kwargs(env_kwargs, "env.kwargs")
+    except ConfigError as error:
+        raise CheckpointError(f"{source}: checkpoint {error}") from None
+    env = make_env(run_env_id, **env_kwargs)
     facts = env_facts(env)
     env.close()
     _check_env_matches(source, semantics, stored_env, facts)
@@ -114,6 +132,7 @@ def load_play_actor(
         obs_rms=obs_rms,
         observation_clip=float(payload.get("observation_clip", 10.0)),
         env_id=run_env_id,
+        env_kwargs=dict(env_kwargs),
         facts=facts,
         max_episode_steps=stored_env.get("max_episode_steps"),
         checkpoint=payload,
@@ -164,7 +183,7 @@ def run_episodes(
     """
     own_env = env is None
     if env is None:
-        env = make_env(policy.env_id, max_episode_steps=policy.max_episode_steps)
+        env = policy.make_env()
     results = []
     try:
         for index in range(episodes):
@@ -207,7 +226,7 @@ def play_in_window(policy: PlayPolicy, episodes: int, seed: int, deterministic: 
             "--render needs a display and none was found (no DISPLAY or WAYLAND_DISPLAY); "
             "record a video instead with --video out.mp4"
         )
-    env = make_env(policy.env_id, max_episode_steps=policy.max_episode_steps, render_mode="human")
+    env = policy.make_env(render_mode="human")
     step_seconds = getattr(env.unwrapped, "dt", None) or 1.0 / env.metadata.get("render_fps", 30)
     try:
         return run_episodes(
@@ -263,13 +282,7 @@ def record_video(
         raise UsageError(f"--video {path}: use a .mp4 (or .mov/.mkv) file name")
     if width <= 0 or height <= 0 or width % 2 or height % 2:
         raise UsageError(f"--width/--height must be positive even numbers, got {width}x{height}")
-    env = make_env(
-        policy.env_id,
-        max_episode_steps=policy.max_episode_steps,
-        render_mode="rgb_array",
-        width=width,
-        height=height,
-    )
+    env = policy.make_env(render_mode="rgb_array", width=width, height=height)
     fps = fps or int(env.metadata.get("render_fps", 30))
     frames = 0
     with atomic_output(path) as temp:

@@ -30,7 +30,9 @@ def render_dry_run(config: Config, console: Console) -> None:
 
     devices = detect_available_devices()
     topology = topology_for_config(config, devices)
-    env = make_env(config.env.id, max_episode_steps=config.env.max_episode_steps)
+    env = make_env(
+        config.env.id, max_episode_steps=config.env.max_episode_steps, **config.env.kwargs
+    )
     facts = describe(env)
     episode_limit = env.spec.max_episode_steps if env.spec is not None else None
     env.close()

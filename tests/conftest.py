@@ -42,7 +42,7 @@ def ray_cluster():
 
 TINY_PPO = """
 algo: ppo
-env: {{id: InvertedPendulum-v5, num_envs: 2, seed: 3}}
+env: {{id: InvertedPendulum-v5, num_envs: 2, seed: 3, kwargs: {{reset_noise_scale: 0.01}}}}
 total_env_steps: {total}
 rollout_length: 64
 output_dir: {output}

@@ -229,6 +229,22 @@ def test_resume_refuses_damaged_learner_states_before_starting(
     assert not (tmp_path / "out").exists()  # no metrics or checkpoints were started
 
 
+def test_resume_refuses_other_env_kwargs(tmp_path, checkpoint_file):
+    from drlcli.config import load_config
+    from drlcli.runtime.training import train
+
+    config_path = tmp_path / "fixture.yaml"
+    config_path.write_text(
+        "env: {id: InvertedPendulum-v5, kwargs: {reset_noise_scale: 0.1}}\n"
+        "total_env_steps: 100000\n"
+        f"output_dir: {tmp_path / 'out'}\n"
+        "algo_params: {hidden_sizes: [8, 8]}\n"
+    )
+    with pytest.raises(CheckpointError, match=r"env.kwargs \{\}, the config has \{'reset_noise"):
+        train(load_config(config_path), resume=checkpoint_file(), quiet=True)
+    assert not (tmp_path / "out").exists()
+
+
 def test_resume_accepts_reward_scalers_that_are_null_or_moments(tmp_path, checkpoint_file):
     from drlcli.config import load_config
     from drlcli.runtime.training import _load_for_resume

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -86,6 +87,18 @@ def test_dry_run_reports_a_bad_env_id(write_config):
     )
     assert result.exit_code == 2
     assert "env.id: cannot make 'NoSuchEnv-v0'" in result.output
+
+
+def test_dry_run_applies_env_kwargs_and_reports_bad_ones(write_config):
+    text = "env: {id: Ant-v5, kwargs: {include_cfrc_ext_in_observation: false}}\n"
+    result = runner.invoke(app, ["train", "--dry-run", str(write_config(text))])
+    assert result.exit_code == 0, result.output
+    assert re.search(r"observation dim\s*│\s*27\s", result.output)  # 105 with contact forces
+    result = runner.invoke(
+        app, ["train", "--dry-run", str(write_config("env: {id: Ant-v5, kwargs: {foo: 1}}\n"))]
+    )
+    assert result.exit_code == 2
+    assert "env.kwargs: Ant-v5 does not accept {'foo': 1}" in result.output
 
 
 def test_dry_run_reports_a_topology_error(write_config):

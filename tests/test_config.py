@@ -69,6 +69,14 @@ def test_values_are_read_and_converted(write_config):
         ("algo: dqn\n", "algo: unknown algorithm 'dqn'; choose one of: flash_sac, ppo"),
         ("name: 'a b'\n", "name: 'a b' cannot name output files"),
         ("metrics_path: 3\n", "metrics_path: expected a string, got 3"),
+        ("env: {kwargs: 3}\n", "env.kwargs: expected a mapping, got 3"),
+        (
+            "env: {kwargs: {max_episode_steps: 5}}\n",
+            "env.kwargs.max_episode_steps: set by drl; use env.max_episode_steps",
+        ),
+        ("env: {kwargs: {render_mode: human}}\n", "env.kwargs.render_mode: set by drl"),
+        ("env: {kwargs: {start: 2024-01-01}}\n", "env.kwargs.start: datetime.date(2024, 1, 1) is"),
+        ("env: {kwargs: {scale: .inf}}\n", "env.kwargs.scale: inf is not plain data"),
     ],
 )
 def test_bad_values_name_the_key_path(write_config, text, message):
@@ -93,6 +101,14 @@ def test_bad_values_name_the_key_path(write_config, text, message):
 def test_malformed_files(write_config, text, message):
     with pytest.raises(ConfigError, match=message):
         load_config(write_config(text))
+
+
+def test_env_kwargs_are_read_as_plain_data(write_config):
+    config = load_config(
+        write_config("env: {id: Ant-v5, kwargs: {include_cfrc_ext_in_observation: false}}\n")
+    )
+    assert config.env.kwargs == {"include_cfrc_ext_in_observation": False}
+    assert load_config(write_config("env: {id: Ant-v5}\n")).env.kwargs == {}
 
 
 def test_missing_file_and_directory(tmp_path):

@@ -19,6 +19,15 @@ def test_make_env_refuses_unknown_ids_and_unsupported_spaces():
         make_env("CartPole-v1")
 
 
+def test_env_kwargs_reach_gymnasium_and_bad_ones_are_an_env_error():
+    assert make_env("Ant-v5").observation_space.shape == (105,)
+    batch = EnvBatch("Ant-v5", 2, seed=0, env_kwargs={"include_cfrc_ext_in_observation": False})
+    assert batch.obs.shape == (2, 27)
+    batch.close()
+    with pytest.raises(EnvironmentSpecError, match="env.kwargs: Hopper-v5 does not accept"):
+        make_env("Hopper-v5", xml_file="/no/such/robot.xml")
+
+
 def test_env_batch_resets_finished_episodes_in_the_same_step():
     batch = EnvBatch("InvertedPendulum-v5", num_envs=2, seed=0, max_episode_steps=5)
     reward_sums = np.zeros(2)

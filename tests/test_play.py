@@ -61,6 +61,31 @@ def test_env_override_must_match_the_spaces(checkpoint_file):
     assert policy.env_id == "InvertedPendulum-v4"
 
 
+def _env_kwargs(value):
+    def modify(payload):
+        payload["env"]["kwargs"] = value
+
+    return modify
+
+
+def test_the_trained_env_kwargs_rebuild_the_task(checkpoint_file):
+    policy = load_play_actor(checkpoint_file(_env_kwargs({"reset_noise_scale": 0.05})))
+    assert policy.env_kwargs == {"reset_noise_scale": 0.05}
+    assert policy.make_env().unwrapped._reset_noise_scale == 0.05
+    video_env = policy.make_env(render_mode="rgb_array", width=64, height=48)
+    assert video_env.unwrapped._reset_noise_scale == 0.05 and video_env.unwrapped.width == 64
+    # Another task does not inherit them (an xml_file would not fit it).
+    other = load_play_actor(
+        checkpoint_file(_env_kwargs({"reset_noise_scale": 0.05})), env_id="InvertedPendulum-v4"
+    )
+    assert other.env_kwargs == {}
+
+
+def test_malformed_env_kwargs_are_a_checkpoint_error(checkpoint_file):
+    with pytest.raises(CheckpointError, match="checkpoint env.kwargs: expected a mapping"):
+        load_play_actor(checkpoint_file(_env_kwargs(["reset_noise_scale", 0.05])))
+
+
 def test_action_bounds_must_match_the_env(checkpoint_file):
     def other_bounds(payload):
         payload["env"]["action_high"] = [2.0]

@@ -38,6 +38,7 @@ def test_two_round_smoke_training_writes_metrics_and_both_checkpoints(tiny_confi
         assert payload["progress"]["env_steps"] in (128, 256)
         assert payload["obs_rms_state"]["count"] == 256.0 or path == config.best_checkpoint_path
         assert set(payload["actor"]) >= {"log_std", "mean_network.0.weight"}
+        assert payload["env"]["kwargs"] == {"reset_noise_scale": 0.01}  # the task, for play
         assert not audit_checkpoint(path).failed  # drl verify passes on a real checkpoint
 
 

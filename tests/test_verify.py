@@ -42,6 +42,10 @@ def _nan_in_optimizer_state(payload):
     next(iter(state.values())).view(-1)[0] = float("inf")
 
 
+def _env_kwargs_not_a_mapping(payload):
+    payload["env"]["kwargs"] = "reset_noise_scale=0.1"
+
+
 def _no_optimizer(payload):
     del payload["learner_states"][0]["optimizer"]
 
@@ -97,6 +101,7 @@ def _no_semantics(payload):
         (_nan_in_optimizer_state, "finite tensors", "learner_states[0].value"),
         (_negative_round, "progress counters", "progress.round must be a non-negative"),
         (_no_optimizer, "resume state", "learner_states[0] lacks optimizer"),
+        (_env_kwargs_not_a_mapping, "format and fields", "env.kwargs: expected a mapping"),
         (_bad_reward_moments, "resume state", "reward_scalers has an entry with the wrong shape"),
     ],
 )

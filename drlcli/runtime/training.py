@@ -91,7 +91,9 @@ def train(
     # Counts are checked before anything starts; the hardware may still change the learner
     # count once a cluster is joined.
     topology = resolve_for(config, devices or detect_available_devices())
-    env = make_env(config.env.id, max_episode_steps=config.env.max_episode_steps)
+    env = make_env(
+        config.env.id, max_episode_steps=config.env.max_episode_steps, **config.env.kwargs
+    )
     facts = env_facts(env)
     env.close()
     spec = actor_spec_for(config, facts)
@@ -211,6 +213,12 @@ def _load_for_resume(path: Path, config: Config, semantics: dict[str, Any]) -> d
     if stored_env != config.env.id:
         raise CheckpointError(
             f"{path}: checkpoint trained {stored_env!r}, config has {config.env.id!r}"
+        )
+    stored_kwargs = payload.get("env", {}).get("kwargs", {})
+    if stored_kwargs != config.env.kwargs:
+        raise CheckpointError(
+            f"{path}: checkpoint trained {stored_env} with env.kwargs {stored_kwargs}, the config "
+            f"has {config.env.kwargs}; the task would change under the policy"
         )
     validate_learner_states(payload.get("learner_states"), config.algo, source=str(path))
     return payload
@@ -382,7 +390,11 @@ def build_checkpoint_payload(
         ),
         "observation_clip": getattr(params, "observation_clip", 10.0),
         "actor_semantics": semantics,
-        "env": {**facts.to_dict(), "max_episode_steps": config.env.max_episode_steps},
+        "env": {
+            **facts.to_dict(),
+            "max_episode_steps": config.env.max_episode_steps,
+            "kwargs": dict(config.env.kwargs),
+        },
         "progress": {
             "round": progress.round,
             "env_steps": progress.env_steps,

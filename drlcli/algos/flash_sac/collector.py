@@ -36,6 +36,7 @@ class EnvStepper:
             env_config.num_envs,
             seed=seed,
             max_episode_steps=env_config.max_episode_steps,
+            env_kwargs=env_config.kwargs,
         )
 
     def observations(self) -> np.ndarray:

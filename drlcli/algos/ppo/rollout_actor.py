@@ -89,6 +89,7 @@ class MuJoCoActor:
             env_config.num_envs,
             seed=seed,
             max_episode_steps=env_config.max_episode_steps,
+            env_kwargs=env_config.kwargs,
         )
         facts = self.envs.facts
         self.action_low, self.action_high = facts.action_low, facts.action_high
