@@ -58,6 +58,8 @@ class PPORoundLoop:
             .remote(index, config.env, spec, params, config.gamma)
             for index in range(topology.num_actors)
         ]
+        # Each rollout actor's reward-scaler moments as of its last round (for checkpoints).
+        self.reward_moments: list[dict[str, Any] | None] = [None] * topology.num_actors
         if stored is not None:
             states = stored["learner_states"]
             self._restore_reward_scalers(states)
@@ -94,6 +96,7 @@ class PPORoundLoop:
             trajectory_refs.append(trajectory)
             stats_refs.append(stats)
         stats = _get(stats_refs)
+        self.reward_moments = [s.pop("reward_moments") for s in stats]
         # All rollout actors' increments first, then one merge into the global history.
         increment = merge_rms_states([RmsState.from_dict(s["obs_rms_moments"]) for s in stats])
         # The merged state is next round's input: keep its reference, saving a Ray round trip.
@@ -131,11 +134,10 @@ class PPORoundLoop:
         """The global observation statistics and every learner's resumable state, which
         includes the reward-scaler moments of its rollout actors (``reward_scalers``)."""
         obs_rms = self.parameter_server.get_obs_rms.remote()
-        states = [learner.checkpoint_state.remote() for learner in self.learners]
-        reward_refs = [actor.reward_scaler_state.remote() for actor in self.rollout_actors]
-        states, rewards = _get(states), _get(reward_refs)
+        states = _get([learner.checkpoint_state.remote() for learner in self.learners])
         for learner_index, state in enumerate(states):
-            state["reward_scalers"] = [rewards[a] for a in self._actors_of(learner_index)]
+            owned = self._actors_of(learner_index)
+            state["reward_scalers"] = [self.reward_moments[a] for a in owned]
         return _get(obs_rms), states
 
     def _restore_reward_scalers(self, states: list[dict[str, Any]]) -> None:

@@ -123,7 +123,8 @@ class MuJoCoActor:
             (normalised), ``act [N, A]`` (raw policy sample), ``logp``, ``value``, ``adv``,
             ``ret`` ``[N]`` with ``N = rollout_length * num_envs``, time-major. stats:
             ``actor_id, episodes, episode_return_sum, episode_returns, episode_len_sum,
-            obs_rms_moments`` (moments of this round's raw observations only).
+            obs_rms_moments`` (moments of this round's raw observations only),
+            ``reward_moments`` (the reward scaler's running moments for checkpoints, or None).
         """
         self.actor.load_state_dict(state_dict["actor"])
         self.value_network.load_state_dict(state_dict["value"])
@@ -198,12 +199,9 @@ class MuJoCoActor:
             "episode_returns": episode_returns,
             "episode_len_sum": int(sum(episode_lengths)),
             "obs_rms_moments": compute_batch_moments(raw_obs.reshape(count, obs_dim)).to_dict(),
+            "reward_moments": None if self.reward_scaler is None else self.reward_scaler.state(),
         }
         return trajectory, stats
-
-    def reward_scaler_state(self) -> dict[str, Any] | None:
-        """The reward scaler's moments for a checkpoint; None when reward scaling is off."""
-        return None if self.reward_scaler is None else self.reward_scaler.state()
 
     def restore_reward_scaler(self, state: dict[str, Any] | None) -> None:
         if self.reward_scaler is not None:
