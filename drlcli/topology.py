@@ -38,6 +38,11 @@ class TrainingTopology:
         """The learner whose parameters rollout actor ``actor_index`` samples with."""
         return actor_index // self.actors_per_learner
 
+    def actors_of_learner(self, learner_index: int) -> list[int]:
+        """The rollout actors sampling with learner ``learner_index``'s parameters, in order."""
+        start = learner_index * self.actors_per_learner
+        return list(range(start, start + self.actors_per_learner))
+
 
 def resolve_training_topology(
     num_actors: int,

@@ -21,6 +21,7 @@ def test_multi_gpu_uses_actors_per_gpu():
     topology = resolve_training_topology(8, 4, 2, available_gpus=4)
     assert (topology.num_learners, topology.actors_per_learner, topology.num_actors) == (4, 2, 8)
     assert [topology.learner_of_actor(i) for i in range(8)] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert [topology.actors_of_learner(k) for k in range(4)] == [[0, 1], [2, 3], [4, 5], [6, 7]]
 
 
 def test_multi_gpu_counts_must_multiply_out():

@@ -50,11 +50,7 @@ class FlashSACRoundLoop:
         total_updates = math.ceil(transitions_per_learner * params.updates_per_env_step)
         self.workers = []
         for learner_index in range(topology.num_learners):
-            own = [
-                stepper
-                for index, stepper in enumerate(self.steppers)
-                if topology.learner_of_actor(index) == learner_index
-            ]
+            own = [self.steppers[index] for index in topology.actors_of_learner(learner_index)]
             self.workers.append(
                 ray.remote(FlashSACWorker)
                 .options(**learner_resources)

@@ -107,7 +107,7 @@ class PPORoundLoop:
         )
         state_refs, metric_refs = [], []
         for learner_index, learner in enumerate(self.learners):
-            own = [trajectory_refs[a] for a in self._actors_of(learner_index)]
+            own = [trajectory_refs[a] for a in self.topology.actors_of_learner(learner_index)]
             state_ref, metric_ref = learner.train_round.options(num_returns=2).remote(
                 learning_rate, *own
             )
@@ -123,20 +123,13 @@ class PPORoundLoop:
             self.parameter_refs = state_refs
         return stats, learner_metrics
 
-    def _actors_of(self, learner_index: int) -> list[int]:
-        return [
-            a
-            for a in range(self.topology.num_actors)
-            if self.topology.learner_of_actor(a) == learner_index
-        ]
-
     def checkpoint_parts(self) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         """The global observation statistics and every learner's resumable state, which
         includes the reward-scaler moments of its rollout actors (``reward_scalers``)."""
         obs_rms = self.parameter_server.get_obs_rms.remote()
         states = _get([learner.checkpoint_state.remote() for learner in self.learners])
         for learner_index, state in enumerate(states):
-            owned = self._actors_of(learner_index)
+            owned = self.topology.actors_of_learner(learner_index)
             state["reward_scalers"] = [self.reward_moments[a] for a in owned]
         return _get(obs_rms), states
 
@@ -148,14 +141,14 @@ class PPORoundLoop:
         if any(per_learner is None for per_learner in stored):
             return
         same_topology = len(stored) == len(self.learners) and all(
-            len(per_learner) == len(self._actors_of(learner_index))
+            len(per_learner) == len(self.topology.actors_of_learner(learner_index))
             for learner_index, per_learner in enumerate(stored)
         )
         if same_topology:
             assignment = {
                 actor: stored[learner_index][position]
                 for learner_index in range(len(self.learners))
-                for position, actor in enumerate(self._actors_of(learner_index))
+                for position, actor in enumerate(self.topology.actors_of_learner(learner_index))
             }
         else:
             moments = [RmsState.from_dict(m) for per in stored for m in per if m is not None]
