@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from drlcli.config import EnvConfig
 from drlcli.errors import EnvironmentSpecError
 
 
@@ -124,6 +125,11 @@ class StepBatch:
     finished_lengths: list[int]
 
 
+def rollout_actor_seed(env_config: EnvConfig, actor_id: int) -> int:
+    """The seed of rollout actor ``actor_id``: its env ``i`` is reset with this ``+ i``."""
+    return env_config.seed + 10_000 * actor_id
+
+
 class EnvBatch:
     """``num_envs`` independent environments stepped in one loop, with same-step auto-reset.
 
@@ -150,6 +156,17 @@ class EnvBatch:
         self.obs = np.stack(
             [env.reset(seed=seed + index)[0] for index, env in enumerate(self.envs)]
         ).astype(np.float64)
+
+    @classmethod
+    def for_rollout_actor(cls, env_config: EnvConfig, actor_id: int) -> EnvBatch:
+        """Rollout actor ``actor_id``'s environments as ``env_config`` describes them."""
+        return cls(
+            env_config.id,
+            env_config.num_envs,
+            seed=rollout_actor_seed(env_config, actor_id),
+            max_episode_steps=env_config.max_episode_steps,
+            env_kwargs=env_config.kwargs,
+        )
 
     def step(self, env_actions: np.ndarray) -> StepBatch:
         """Step every env with its row of ``env_actions`` ``[num_envs, action_dim]``."""

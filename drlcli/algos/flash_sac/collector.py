@@ -30,14 +30,7 @@ class EnvStepper:
     """Rollout actor ``actor_id`` of FlashSAC: ``num_envs`` environments, no policy."""
 
     def __init__(self, actor_id: int, env_config: EnvConfig) -> None:
-        seed = env_config.seed + 10_000 * actor_id
-        self.envs = EnvBatch(
-            env_config.id,
-            env_config.num_envs,
-            seed=seed,
-            max_episode_steps=env_config.max_episode_steps,
-            env_kwargs=env_config.kwargs,
-        )
+        self.envs = EnvBatch.for_rollout_actor(env_config, actor_id)
 
     def observations(self) -> np.ndarray:
         return self.envs.obs.astype(np.float32)

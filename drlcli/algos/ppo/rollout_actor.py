@@ -13,7 +13,7 @@ import torch
 from drlcli.actors.spec import ActorSpec, build_policy_actor
 from drlcli.algos.ppo.networks import ValueNetwork
 from drlcli.config import EnvConfig, PPOParams
-from drlcli.envs import EnvBatch
+from drlcli.envs import EnvBatch, rollout_actor_seed
 from drlcli.normalization import (
     RmsState,
     compute_batch_moments,
@@ -82,15 +82,8 @@ class MuJoCoActor:
         torch.set_num_threads(1)  # small networks: one thread is fastest and deterministic
         self.actor_id = actor_id
         self.params = params
-        seed = env_config.seed + 10_000 * actor_id
-        torch.manual_seed(seed)
-        self.envs = EnvBatch(
-            env_config.id,
-            env_config.num_envs,
-            seed=seed,
-            max_episode_steps=env_config.max_episode_steps,
-            env_kwargs=env_config.kwargs,
-        )
+        torch.manual_seed(rollout_actor_seed(env_config, actor_id))
+        self.envs = EnvBatch.for_rollout_actor(env_config, actor_id)
         facts = self.envs.facts
         self.action_low, self.action_high = facts.action_low, facts.action_high
         self.actor = build_policy_actor(actor_spec, facts.obs_dim, facts.action_dim)
