@@ -35,7 +35,11 @@ def ray_cluster():
     os.environ["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])
     )
-    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    # The machine's real CPU count: topologies with more processes than CPUs must still run
+    # (drl gives each process a share of a CPU), as they do on a small cluster.
+    ray.init(
+        num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False, logging_level="ERROR"
+    )
     yield
     ray.shutdown()
 

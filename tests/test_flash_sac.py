@@ -23,6 +23,7 @@ from drlcli.algos.flash_sac.learner import (
     cosine_learning_rate,
     flash_sac_actor_spec,
     resolve_cuda_graph,
+    target_entropy,
 )
 from drlcli.config import ActorConfig, FlashSACParams, config_from_dict
 from drlcli.errors import ConfigError, TrainingError
@@ -127,19 +128,34 @@ def test_exploration_noise_is_held_and_redrawn_per_env_on_done():
         )
         return (u - mean) / std
 
+    def step(dones=(False, False, False)):
+        return noise_of(actor.explore(obs, dones=torch.tensor(dones)))
+
+    def same(a, b):
+        return torch.allclose(a, b, rtol=1e-3, atol=1e-3)
+
     torch.manual_seed(0)
-    first = noise_of(actor.explore(obs, dones=torch.ones(3, dtype=torch.bool)))
-    held = actor._steps_left.clone() + 1
-    second = noise_of(actor.explore(obs, dones=torch.zeros(3, dtype=torch.bool)))
-    for env in range(3):
-        if held[env] > 1:  # still within its hold: same noise
-            torch.testing.assert_close(second[env], first[env], rtol=1e-3, atol=1e-3)
-    done_env0 = torch.tensor([True, False, False])
+    first = step((True, True, True))
+    assert ((actor._steps_left >= 0) & (actor._steps_left < 16)).all()
+    actor._steps_left[:] = torch.tensor([0, 1, 5])  # env 0's hold ran out; 1 and 2 go on
+    second = step()
+    assert not same(second[0], first[0]) and same(second[1:], first[1:])
+    third = step()  # now env 1's hold has run out too
+    assert not same(third[1], second[1]) and same(third[2], second[2])
     actor._steps_left[:] = 5
-    before = noise_of(actor.explore(obs, dones=torch.zeros(3, dtype=torch.bool)))
-    after = noise_of(actor.explore(obs, dones=done_env0))
-    assert not torch.allclose(after[0], before[0], atol=1e-3)  # env 0 redrew
-    torch.testing.assert_close(after[1:], before[1:], rtol=1e-3, atol=1e-3)
+    fourth = step((True, False, False))  # env 0's episode ended: redraw it alone
+    assert not same(fourth[0], third[0]) and same(fourth[1:], third[1:])
+
+
+def test_hold_lengths_follow_the_zeta_distribution():
+    actor = make_actor(noise_zeta_mu=50.0, noise_zeta_max=16)  # P(k = 1) ~ 1: redraw every step
+    obs = torch.zeros(4, 5)
+    torch.manual_seed(1)
+    previous = actor.explore(obs, dones=torch.ones(4, dtype=torch.bool))
+    for _ in range(3):
+        current = actor.explore(obs, dones=torch.zeros(4, dtype=torch.bool))
+        assert not torch.isclose(current, previous).any()
+        previous = current
 
 
 def test_truncated_zeta_distribution():
@@ -171,6 +187,29 @@ def test_categorical_target_projection():
     torch.testing.assert_close(target, torch.tensor([[1.0, 0.0, 0.0, 0.0, 0.0]]))
 
 
+def test_categorical_target_projects_each_row_of_a_batch_on_its_own():
+    bounds = (-2.0, 2.0)
+    one_hot = torch.tensor([0.0, 0.0, 1.0, 0.0, 0.0]).clamp(min=1e-30).log()
+    uniform = torch.full((5,), 0.2).log()
+    target = categorical_td_target(
+        torch.stack([one_hot, uniform, uniform]),
+        rewards=torch.tensor([0.5, -1.25, 0.0]),
+        terminated=torch.tensor([0.0, 1.0, 0.0]),
+        next_entropy_term=torch.tensor([0.0, 3.0, 10.0]),
+        gamma=0.5,
+        v_min=bounds[0],
+        v_max=bounds[1],
+    )
+    expected = torch.tensor(
+        [
+            [0.0, 0.0, 0.5, 0.5, 0.0],  # 0.5 + 0.5 * 0: between atoms 0 and 1
+            [0.25, 0.75, 0.0, 0.0, 0.0],  # terminated: everything on r = -1.25
+            [1.0, 0.0, 0.0, 0.0, 0.0],  # shifted below the support: clipped to its edge
+        ]
+    )
+    torch.testing.assert_close(target, expected)
+
+
 def test_return_scaler_keeps_returns_within_the_support():
     scaler = ReturnScaler(num_envs=2, gamma=0.5, return_max=5.0)
     assert scaler.scale() == 1.0
@@ -198,11 +237,10 @@ def test_replay_buffer_wraps_around():
     assert sorted(buffer.rew.tolist()) == [2.0, 3.0, 4.0, 5.0]
 
 
-def test_learner_update_schedule_target_ema_and_projection():
+def test_learner_update_schedule_and_unit_norm_critic():
     learner = make_learner()
     batch = random_batch()
     critic_before = {k: v.clone() for k, v in learner.critic.state_dict().items()}
-    target_before = {k: v.clone() for k, v in learner.target_critic.state_dict().items()}
     first = learner.update(batch)
     assert {"Loss/actor", "Loss/temperature", "temperature", "entropy"} <= set(first)
     second = learner.update(batch)
@@ -211,10 +249,37 @@ def test_learner_update_schedule_target_ema_and_projection():
     # Unit-norm rows after the critic's steps.
     torch.testing.assert_close(learner.critic.head.weight.norm(dim=-1), torch.ones(2, 21))
     assert not torch.equal(critic_before["head.weight"], learner.critic.state_dict()["head.weight"])
-    # Target moved by EMA only: a small step from its old value, towards the critic.
-    moved = (learner.target_critic.state_dict()["head.weight"] - target_before["head.weight"]).abs()
-    assert 0 < moved.max() < 0.05
     assert all(math.isfinite(v) for v in first.values())
+
+
+def test_target_critic_follows_by_ema_with_tau_and_copies_the_statistics():
+    params = dataclasses.replace(SMALL, target_tau=0.25)
+    learner = make_learner(params)
+    before = {k: v.clone() for k, v in learner.target_critic.named_parameters()}
+    learner.update(random_batch())
+    critic = dict(learner.critic.named_parameters())
+    for name, parameter in learner.target_critic.named_parameters():
+        expected = before[name] + 0.25 * (critic[name].detach() - before[name])
+        torch.testing.assert_close(parameter, expected, rtol=0, atol=1e-6)
+        assert not torch.equal(parameter, critic[name])  # not a hard copy
+    critic_buffers = dict(learner.critic.named_buffers())
+    for name, buffer in learner.target_critic.named_buffers():
+        assert torch.equal(buffer, critic_buffers[name])
+
+
+def test_target_entropy_formula():
+    # A/2 log(2 pi e sigma^2) + sum log range, worked out by hand for A = 2, sigma = 0.15.
+    value = target_entropy(2, 0.15, torch.tensor([1.0, 2.0]))
+    assert value == pytest.approx(-0.26321572280247196, rel=1e-6)
+
+
+@pytest.mark.parametrize(("target", "direction"), [(-100.0, -1), (100.0, 1)])
+def test_temperature_falls_above_the_entropy_target_and_rises_below_it(target, direction):
+    learner = make_learner(dataclasses.replace(SMALL, actor_update_period=1))
+    learner.target_entropy = target
+    before = float(learner.temperature)
+    learner.update(random_batch())
+    assert (float(learner.temperature) - before) * direction > 0
 
 
 def test_cosine_learning_rate():
@@ -225,14 +290,17 @@ def test_cosine_learning_rate():
 
 def test_custom_actor_is_the_one_instance_and_its_aux_loss_reaches_its_parameters():
     params = dataclasses.replace(SMALL, actor_config=CUSTOM, actor_update_period=1)
-    learner = make_learner(params)
-    assert type(learner.actor).__name__ == "AuxLossActor"
     batch = random_batch()
-    learner.actor.aux_weight = 1000.0  # make the aux gradient dominate the step
-    before = learner.actor.mean_head.weight.clone()
-    metrics = learner.update(batch)
-    assert metrics["Loss/aux_action_l2"] > 0
-    assert not torch.equal(before, learner.actor.mean_head.weight)
+    heads = {}
+    for weight in (0.0, 1000.0):  # identical learners but for the aux loss's weight
+        learner = make_learner(params)
+        assert type(learner.actor).__name__ == "AuxLossActor"
+        learner.actor.aux_weight = weight
+        metrics = learner.update(batch)
+        assert (metrics["Loss/aux_action_l2"] > 0) == (weight > 0)
+        heads[weight] = learner.actor.mean_head.weight.detach().clone()
+    # Only the aux loss differs, so a different actor step means its gradient was applied.
+    assert not torch.allclose(heads[0.0], heads[1000.0], atol=1e-4)
 
 
 def test_aux_loss_names_must_not_change():

@@ -9,10 +9,11 @@ from drlcli.checkpoint import load_checkpoint
 from drlcli.config import load_config
 from drlcli.errors import SemanticsError
 from drlcli.export import export_onnx
-from drlcli.metrics import metric_columns, read_metrics
+from drlcli.metrics import read_metrics
 from drlcli.play import load_play_actor, run_episodes
 from drlcli.runtime.training import train
 from drlcli.topology import AvailableDevices
+from tests.test_metrics import FLASH_SAC_COLUMNS
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 NO_GPU = AvailableDevices(cuda_devices=0, mps=False)
@@ -55,7 +56,7 @@ def test_flash_sac_trains_writes_metrics_and_a_playable_exportable_checkpoint(
     summary = run(flash_config())
     assert summary.rounds == 2 and summary.env_steps == 160
     rows = read_metrics(config.metrics_path)
-    assert list(rows[0]) == metric_columns("flash_sac")
+    assert list(rows[0]) == FLASH_SAC_COLUMNS
     assert float(rows[1]["updates"]) > 0 and rows[1]["Loss/critic"] != ""
     payload = load_checkpoint(config.checkpoint_path)
     assert payload["algo"] == "flash_sac" and payload["obs_rms_state"] is None

@@ -77,3 +77,4 @@ def test_rms_state_dict_round_trip():
     back = RmsState.from_dict(state.to_dict())
     np.testing.assert_array_equal(back.mean, state.mean)
     assert back.count == 4.0
+

@@ -12,6 +12,7 @@ from drlcli.algos.ppo.buffer import ReplayBuffer
 from drlcli.algos.ppo.learner import Learner, gaussian_actor_spec
 from drlcli.algos.ppo.rollout_actor import MuJoCoActor, RewardScaler
 from drlcli.config import EnvConfig, PPOParams
+from drlcli.envs import EnvBatch
 from drlcli.errors import TrainingError
 from drlcli.normalization import RmsState, normalize_observation
 
@@ -79,18 +80,33 @@ def test_one_obs_rms_state_for_the_whole_rollout_and_incremental_moments(rollout
     )
 
 
-def test_truncation_bootstraps_from_the_final_observation():
+def test_truncation_bootstraps_from_the_final_observation_not_the_reset_one():
     short = dataclasses.replace(ENV, num_envs=1, max_episode_steps=5)
-    actor = MuJoCoActor(0, short, SPEC, dataclasses.replace(PARAMS, normalize_rewards=False), 0.9)
+    params = dataclasses.replace(PARAMS, normalize_rewards=False)
+    actor = MuJoCoActor(0, short, SPEC, params, 0.9)
     learner = Learner(SPEC, 4, 1, PARAMS, seed=0)
     state = learner.state_dict()
-    state["value"]["network.4.bias"] = torch.tensor([100.0])  # V ~ 100 everywhere
+    # A value network that depends strongly on the observation: V(final) != V(reset).
+    state["value"]["network.4.weight"] = torch.full((1, 16), 50.0)
     trajectory, stats = actor.sample(state, 5, 0.9, 1.0, None)
     actor.close()
-    if stats["episode_returns"] != [5.0]:
-        pytest.skip("pendulum fell before the time limit with this seed")
-    # The last step was truncated: its return bootstraps ~100, not 0.
-    assert trajectory["ret"][-1] > 50.0
+    assert stats["episode_returns"] == [5.0], "the pendulum must reach the time limit"
+    # Replay the same actions on the same seed to get both candidate observations.
+    replay = EnvBatch.for_rollout_actor(short, 0)
+    for action in np.clip(trajectory["act"], -3.0, 3.0):
+        step = replay.step(action[None].astype(np.float64))
+    replay.close()
+    assert step.truncated[0]
+    learner.load_state_dict(state)
+
+    def value(observation):
+        with torch.no_grad():
+            return float(learner.value_network(torch.tensor(observation, dtype=torch.float32)))
+
+    final, after_reset = value(step.final_obs), value(step.next_obs)
+    assert abs(final - after_reset) > 1.0  # the test can tell the two apart
+    # Last step, lambda 1: return = r + gamma * V(s'), s' the pre-reset observation.
+    assert trajectory["ret"][-1] == pytest.approx(1.0 + 0.9 * final, rel=1e-5, abs=1e-4)
 
 
 def test_buffer_rejects_bad_trajectories():
@@ -129,12 +145,18 @@ def test_train_step_changes_parameters(rollout_actor, learner):
     assert not torch.equal(before["value"]["network.0.weight"], after["value"]["network.0.weight"])
 
 
-def test_kl_early_stop_cuts_the_epochs(rollout_actor):
-    eager = Learner(SPEC, 4, 1, dataclasses.replace(PARAMS, num_epochs=50, target_kl=1e-9), seed=0)
-    trajectory, _ = rollout_actor.sample(eager.state_dict(), 32, 0.99, 0.95, None)
-    eager.add(trajectory)
-    _, metrics = eager.train_step(1e-2)
-    assert metrics["epochs"] < 50
+@pytest.mark.parametrize(("target_kl", "expected_epochs"), [(1e-9, 1), (1e9, 5), (None, 5)])
+def test_kl_early_stop_ends_the_round_once_kl_exceeds_the_target(
+    rollout_actor, target_kl, expected_epochs
+):
+    # The first minibatch has ratio 1 (KL 0): a tiny target stops at the second, in epoch 1;
+    # a target that is never exceeded, or none, runs every epoch.
+    params = dataclasses.replace(PARAMS, num_epochs=5, target_kl=target_kl)
+    learner = Learner(SPEC, 4, 1, params, seed=0)
+    trajectory, _ = rollout_actor.sample(learner.state_dict(), 32, 0.99, 0.95, None)
+    learner.add(trajectory)
+    _, metrics = learner.train_step(1e-2)
+    assert metrics["epochs"] == expected_epochs
 
 
 def test_gradient_clipping_bounds_the_applied_gradient(rollout_actor):

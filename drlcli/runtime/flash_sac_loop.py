@@ -14,7 +14,7 @@ from drlcli.config import Config
 from drlcli.errors import CheckpointError
 from drlcli.metrics import average_metrics
 from drlcli.runtime.ray_session import get_or_raise as _get
-from drlcli.runtime.ray_session import learner_resources as _learner_resources
+from drlcli.runtime.ray_session import process_resources
 from drlcli.topology import TrainingTopology
 
 
@@ -38,10 +38,10 @@ class FlashSACRoundLoop:
 
         self.config, self.topology = config, topology
         params = config.algo_params
-        learner_resources = _learner_resources(topology)
+        resources = process_resources(topology)
         self.parameter_server = ray.remote(ParameterServer).options(num_cpus=0).remote(None)
         self.steppers = [
-            ray.remote(EnvStepper).options(num_cpus=1).remote(index, config.env)
+            ray.remote(EnvStepper).options(**resources.rollout_actor).remote(index, config.env)
             for index in range(topology.num_actors)
         ]
         # Torch threads per learner process: this machine's cores split among the learners.
@@ -53,7 +53,7 @@ class FlashSACRoundLoop:
             own = [self.steppers[index] for index in topology.actors_of_learner(learner_index)]
             self.workers.append(
                 ray.remote(FlashSACWorker)
-                .options(**learner_resources)
+                .options(**resources.learner)
                 .remote(
                     spec,
                     own,

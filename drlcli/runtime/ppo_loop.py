@@ -9,7 +9,7 @@ from drlcli.config import Config
 from drlcli.metrics import average_metrics
 from drlcli.normalization import RmsState, merge_rms_states
 from drlcli.runtime.ray_session import get_or_raise as _get
-from drlcli.runtime.ray_session import learner_resources as _learner_resources
+from drlcli.runtime.ray_session import process_resources
 from drlcli.topology import TrainingTopology
 
 
@@ -36,12 +36,12 @@ class PPORoundLoop:
 
         self.config, self.topology = config, topology
         params = config.algo_params
-        learner_resources = _learner_resources(topology)
+        resources = process_resources(topology)
         stored_rms = None if stored is None else stored.get("obs_rms_state")
         self.parameter_server = ray.remote(ParameterServer).options(num_cpus=0).remote(stored_rms)
         self.learners = [
             ray.remote(LearnerWorker)
-            .options(**learner_resources)
+            .options(**resources.learner)
             .remote(
                 spec,
                 facts.obs_dim,
@@ -54,7 +54,7 @@ class PPORoundLoop:
         ]
         self.rollout_actors = [
             ray.remote(MuJoCoActor)
-            .options(num_cpus=1)
+            .options(**resources.rollout_actor)
             .remote(index, config.env, spec, params, config.gamma)
             for index in range(topology.num_actors)
         ]

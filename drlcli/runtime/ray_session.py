@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from drlcli.errors import DrlError, TrainingError
@@ -47,9 +49,29 @@ def ray_session(address: str | None, num_cpus: int) -> Iterator[None]:
         ray.shutdown()
 
 
-def learner_resources(topology: TrainingTopology) -> dict[str, int]:
-    """Ray resources of one learner: a GPU on CUDA, else a CPU."""
-    return {"num_gpus": 1} if topology.learner_device == "cuda" else {"num_cpus": 1}
+@dataclass(frozen=True)
+class ProcessResources:
+    """Ray resource requests of a run's processes (``.options(**...)``)."""
+
+    learner: dict[str, float]
+    rollout_actor: dict[str, float]
+    cpu_share: float  # CPUs per CPU-bound process: 1, or less on a cluster with too few
+
+
+def process_resources(topology: TrainingTopology) -> ProcessResources:
+    """One GPU per CUDA learner; one CPU per rollout actor and per CPU learner, or an equal
+    share of the cluster's CPUs when it has fewer than that (whole-CPU requests would leave the
+    surplus processes pending forever). Call inside a Ray session."""
+    import ray
+
+    cuda = topology.learner_device == "cuda"
+    cpu_processes = topology.num_actors + (0 if cuda else topology.num_learners)
+    available = float(ray.cluster_resources().get("CPU", 0.0))
+    share = 1.0
+    if available < cpu_processes:
+        share = math.floor(available / cpu_processes * 1e4) / 1e4  # Ray's resource precision
+    learner = {"num_gpus": 1.0} if cuda else {"num_cpus": share}
+    return ProcessResources(learner=learner, rollout_actor={"num_cpus": share}, cpu_share=share)
 
 
 def get_or_raise(refs: Any) -> Any:

@@ -1,0 +1,130 @@
+"""The metric schema, cross-learner aggregation and the metrics CSV (drlcli/metrics.py)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from drlcli.errors import TrainingError
+from drlcli.metrics import (
+    MetricsWriter,
+    average_metrics,
+    check_metric_names,
+    metric_columns,
+    read_metrics,
+)
+
+COMMON = [
+    "round",
+    "env_steps",
+    "wall_time_s",
+    "sps",
+    "episodes",
+    "episode_return_mean",
+    "episode_return_min",
+    "episode_return_max",
+    "episode_length_mean",
+]
+PPO_COLUMNS = [
+    *COMMON,
+    "Loss/policy",
+    "Loss/value",
+    "Loss/entropy",
+    "approx_kl",
+    "clip_fraction",
+    "grad_norm",
+    "explained_variance",
+    "learning_rate",
+    "epochs",
+    "buffer_size",
+]
+FLASH_SAC_COLUMNS = [
+    *COMMON,
+    "Loss/critic",
+    "Loss/actor",
+    "Loss/temperature",
+    "temperature",
+    "entropy",
+    "q_mean",
+    "learning_rate",
+    "updates",
+    "updates_per_second",
+    "buffer_size",
+]
+
+
+def test_ppo_columns_are_the_documented_ones_in_order():
+    assert metric_columns("ppo") == PPO_COLUMNS
+
+
+def test_flash_sac_columns_end_with_the_aux_losses_sorted():
+    assert metric_columns("flash_sac", ["zeta", "action_l2"]) == [
+        *FLASH_SAC_COLUMNS,
+        "Loss/aux_action_l2",
+        "Loss/aux_zeta",
+    ]
+
+
+def test_unknown_names_fail_closed_but_the_aux_family_is_open():
+    check_metric_names(["round", "Loss/aux_anything"])
+    with pytest.raises(TrainingError, match="'Loss/made_up' is not in the metric schema"):
+        check_metric_names(["round", "Loss/made_up"])
+
+
+def test_average_metrics_means_every_name_and_sums_the_buffer_size():
+    averaged = average_metrics(
+        [
+            {"Loss/value": 1.0, "approx_kl": 0.25, "buffer_size": 100.0},
+            {"Loss/value": 3.0, "approx_kl": 0.75, "buffer_size": 50.0},
+        ]
+    )
+    assert averaged == {"Loss/value": 2.0, "approx_kl": 0.5, "buffer_size": 150.0}
+
+
+def test_learners_reporting_different_names_are_an_error():
+    with pytest.raises(TrainingError, match="learner 1 reported metrics"):
+        average_metrics([{"Loss/aux_a": 1.0}, {"Loss/aux_b": 1.0}])
+    with pytest.raises(ValueError, match="no learner metrics"):
+        average_metrics([])
+
+
+def test_writer_truncates_writes_rows_and_formats_missing_values(tmp_path):
+    path = tmp_path / "m.csv"
+    path.write_text("stale contents\n")
+    writer = MetricsWriter(path, ["round", "episode_return_mean", "sps"])
+    writer.write({"round": 1, "episode_return_mean": None, "sps": 2.5})
+    writer.write({"round": 2, "episode_return_mean": math.nan, "sps": 3.0})
+    writer.close()
+    assert path.read_text().splitlines() == [
+        "round,episode_return_mean,sps",
+        "1,,2.5",
+        "2,,3",
+    ]
+    assert read_metrics(path)[0] == {"round": "1", "episode_return_mean": "", "sps": "2.5"}
+
+
+def test_a_name_that_appears_after_the_start_fails_closed_and_writes_nothing(tmp_path):
+    path = tmp_path / "m.csv"
+    writer = MetricsWriter(path, ["round", "Loss/aux_a"])
+    with pytest.raises(TrainingError, match="appeared after training started"):
+        writer.write({"round": 1, "Loss/aux_b": 0.5})
+    with pytest.raises(TrainingError, match="not in the metric schema"):
+        writer.write({"round": 1, "not_a_metric": 0.5})
+    writer.close()
+    assert path.read_bytes() == b"round,Loss/aux_a\r\n"
+
+
+def test_resume_appends_under_the_same_header_and_refuses_another(tmp_path):
+    path = tmp_path / "m.csv"
+    first = MetricsWriter(path, ["round", "sps"])
+    first.write({"round": 1, "sps": 1.0})
+    first.close()
+    resumed = MetricsWriter(path, ["round", "sps"], append=True)
+    resumed.write({"round": 2, "sps": 2.0})
+    resumed.close()
+    assert [row["round"] for row in read_metrics(path)] == ["1", "2"]
+    before = path.read_bytes()
+    with pytest.raises(TrainingError, match="existing metrics columns differ"):
+        MetricsWriter(path, ["round", "sps", "episodes"], append=True)
+    assert path.read_bytes() == before
