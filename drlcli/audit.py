@@ -18,9 +18,14 @@ import torch
 
 from drlcli import __version__
 from drlcli.actors.spec import BUILDER_PATTERN, ActorSpec, resolve_builder
-from drlcli.checkpoint import load_checkpoint, validate_actor_semantics, validate_learner_states
-from drlcli.config import check_env_kwargs
-from drlcli.errors import ConfigError, DrlError
+from drlcli.checkpoint import (
+    Checkpoint,
+    check_fits,
+    load_payload,
+    validate_actor_semantics,
+    validate_learner_states,
+)
+from drlcli.errors import DrlError
 
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
 
@@ -72,7 +77,7 @@ class _Warned(Exception):
 
 def audit_checkpoint(path: str | Path) -> AuditReport:
     """Audit ``path``. Raises CheckpointError when the file cannot be read at all."""
-    payload = load_checkpoint(path)
+    payload = load_payload(path)
     checks = [_run(name, check, payload) for name, check in _CHECKS]
     return AuditReport(str(path), checks)
 
@@ -88,13 +93,11 @@ def _run(name: str, check: Callable[[dict], str], payload: dict) -> Check:
         return Check(name, FAIL, f"malformed: {type(error).__name__}: {error}")
 
 
-def _require(payload: dict, key: str, kind: type | tuple[type, ...]) -> Any:
-    if key not in payload:
-        raise _Failed(f"'{key}' is missing")
-    value = payload[key]
-    if not isinstance(value, kind):
-        raise _Failed(f"'{key}' has type {type(value).__name__}")
-    return value
+def _record(payload: dict) -> Checkpoint:
+    try:
+        return Checkpoint.from_payload(payload)
+    except DrlError as error:
+        raise _Failed(str(error).removeprefix("checkpoint: ")) from None
 
 
 def _semantics(payload: dict) -> dict:
@@ -108,23 +111,8 @@ def _semantics(payload: dict) -> dict:
 
 
 def _check_format(payload: dict) -> str:
-    algo = _require(payload, "algo", str)
-    for key, kind in (
-        ("actor", dict),
-        ("env", dict),
-        ("progress", dict),
-        ("config", dict),
-        ("learner_states", list),
-        ("versions", dict),
-    ):
-        _require(payload, key, kind)
-    if "obs_rms_state" not in payload:
-        raise _Failed("'obs_rms_state' is missing (null is allowed, absence is not)")
-    try:
-        check_env_kwargs(payload["env"].get("kwargs", {}), "env.kwargs")
-    except ConfigError as error:
-        raise _Failed(str(error)) from None
-    return f"{payload['format']} v{payload['format_version']}, algo {algo}"
+    checkpoint = _record(payload)
+    return f"{payload['format']} v{payload['format_version']}, algo {checkpoint.algo}"
 
 
 def _check_semantics(payload: dict) -> str:
@@ -162,10 +150,10 @@ def _check_dims(payload: dict) -> str:
     obs_dim, action_dim = semantics["obs_dim"], semantics["action_dim"]
     if obs_dim <= 0 or action_dim <= 0:
         raise _Failed(f"obs_dim {obs_dim} and action_dim {action_dim} must be positive")
-    shape = payload["env"].get("observation_shape")
-    if shape != [obs_dim]:
-        raise _Failed(f"env observation_shape {shape} != [obs_dim] = [{obs_dim}]")
-    actor = payload["actor"]
+    checkpoint = _record(payload)
+    # The same fit check as --resume and play, against the checkpoint's own env record.
+    check_fits(checkpoint, checkpoint.env.facts(), "checkpoint")
+    actor = checkpoint.actor
     spec = ActorSpec(semantics["builder"], semantics["kwargs"])
     if spec.kind != "builtin":  # decided by the builder string, never by the stored kind
         raise _Warned("custom actor: tensor shapes cannot be checked without building it")
@@ -256,7 +244,10 @@ def _check_progress(payload: dict) -> str:
 
 
 def _check_learner_states(payload: dict) -> str:
-    return validate_learner_states(payload["learner_states"], payload["algo"], source="checkpoint")
+    checkpoint = _record(payload)
+    return validate_learner_states(
+        checkpoint.learner_states, checkpoint.algorithm, source="checkpoint"
+    )
 
 
 def _check_versions(payload: dict) -> str:

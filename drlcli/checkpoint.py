@@ -1,39 +1,259 @@
-"""The drl checkpoint format: atomic saving, safe loading, actor_semantics validation.
+"""The drl checkpoint: one typed record, its writer and its reader, and the checks every reader
+shares.
 
-A checkpoint is data, not code: a dict of plain containers (dict, list, str, int, float, bool,
-None) and tensors, written with ``torch.save`` and read back with ``weights_only=True`` only.
-The fields are documented in Method.md ("Checkpoints").
+A checkpoint is data, not code: ``Checkpoint.to_payload()`` is a dict of plain containers (dict,
+list, str, int, float, bool, None) and tensors, written atomically with ``torch.save`` and read
+back with ``weights_only=True`` only. The fields are documented in Method.md ("Checkpoints").
+``check_fits`` is the one "does this checkpoint fit this environment / config" check of
+``--resume``, ``drl play`` and ``drl verify``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from drlcli.actors.spec import SEMANTICS_FIELDS, SUPPORTED_SEMANTICS_VERSIONS
+from drlcli.algos.algorithm import Algorithm
+from drlcli.algos.registry import get_algorithm
 from drlcli.atomic import atomic_output
-from drlcli.errors import CheckpointError, SemanticsError
-from drlcli.normalization import RmsState
+from drlcli.config import check_env_kwargs
+from drlcli.envs import EnvFacts
+from drlcli.errors import CheckpointError, ConfigError, SemanticsError
+from drlcli.normalization import DEFAULT_OBSERVATION_CLIP
+
+if TYPE_CHECKING:
+    from drlcli.config import Config
 
 FORMAT_NAME = "drl-checkpoint"
 FORMAT_VERSION = 1
 SUPPORTED_FORMAT_VERSIONS = (1,)
 
 
-def save_checkpoint(path: str | Path, payload: Mapping[str, Any]) -> Path:
-    """Write ``payload`` atomically (``drlcli.atomic``): the old or the new file, never a part."""
+@dataclass
+class RunProgress:
+    """The counters a checkpoint stores and resume continues from."""
+
+    round: int = 0
+    env_steps: int = 0
+    wall_time_s: float = 0.0
+    best_return: float | None = None
+
+
+@dataclass(frozen=True)
+class EnvRecord:
+    """The task a checkpoint was trained on: what play rebuilds and resume compares."""
+
+    id: str
+    observation_shape: list[int]
+    action_low: list[float]
+    action_high: list[float]
+    max_episode_steps: int | None = None
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    @staticmethod
+    def of(facts: EnvFacts, max_episode_steps: int | None, kwargs: Mapping[str, Any]) -> EnvRecord:
+        return EnvRecord(
+            id=facts.env_id,
+            observation_shape=[facts.obs_dim],
+            action_low=facts.action_low.tolist(),
+            action_high=facts.action_high.tolist(),
+            max_episode_steps=max_episode_steps,
+            kwargs=dict(kwargs),
+        )
+
+    def facts(self) -> EnvFacts:
+        """The spaces as the checkpoint records them (no environment is made)."""
+        obs_dim = self.observation_shape[0] if len(self.observation_shape) == 1 else -1
+        return EnvFacts(
+            self.id,
+            obs_dim,
+            len(self.action_low),
+            np.asarray(self.action_low, dtype=np.float64),
+            np.asarray(self.action_high, dtype=np.float64),
+        )
+
+
+def current_versions() -> dict[str, str]:
+    """The library versions a checkpoint written now records."""
+    import gymnasium
+    import mujoco
+
+    from drlcli import __version__
+
+    return {
+        "drl": __version__,
+        "torch": str(torch.__version__),
+        "gymnasium": str(gymnasium.__version__),
+        "mujoco": str(mujoco.__version__),
+    }
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One checkpoint (Method.md, "Checkpoints").
+
+    Attributes:
+        algo: the registered algorithm that trained it.
+        actor: the policy actor's state_dict (learner 0's).
+        actor_semantics: ``{schema_version, kind, builder, kwargs, obs_dim, action_dim,
+            action_transform}``, checked before any weight is loaded.
+        env: the task.
+        progress: the counters resume continues from.
+        config: the resolved config as plain data.
+        learner_states: per learner, everything resume restores (the algorithm's
+            ``learner_state_keys``).
+        obs_rms_state: ``{mean, var [obs_dim] tensors, count}`` or None (no running statistics).
+        observation_clip: clip of standardised observations.
+        versions: library versions that wrote it.
+    """
+
+    algo: str
+    actor: dict[str, torch.Tensor]
+    actor_semantics: dict[str, Any]
+    env: EnvRecord
+    progress: RunProgress
+    config: dict[str, Any]
+    learner_states: list[dict[str, Any]]
+    obs_rms_state: dict[str, Any] | None = None
+    observation_clip: float = DEFAULT_OBSERVATION_CLIP
+    versions: dict[str, str] = field(default_factory=current_versions)
+
+    @property
+    def algorithm(self) -> Algorithm:
+        return get_algorithm(self.algo)
+
+    def to_payload(self) -> dict[str, Any]:
+        """The plain-data form that is saved (tensors and containers only)."""
+        return {
+            "format": FORMAT_NAME,
+            "format_version": FORMAT_VERSION,
+            "algo": self.algo,
+            "actor": self.actor,
+            "obs_rms_state": _to_tensors(self.obs_rms_state),
+            "observation_clip": float(self.observation_clip),
+            "actor_semantics": self.actor_semantics,
+            "env": dataclasses.asdict(self.env),
+            "progress": dataclasses.asdict(self.progress),
+            "config": self.config,
+            "learner_states": _to_tensors(self.learner_states),
+            "versions": self.versions,
+        }
+
+    @staticmethod
+    def from_payload(payload: Mapping[str, Any], source: str = "checkpoint") -> Checkpoint:
+        """The record of a loaded payload.
+
+        Raises:
+            CheckpointError: a missing field or one of the wrong type, naming it.
+        """
+        algo = _field(payload, "algo", str, source)
+        try:
+            get_algorithm(algo)
+        except ConfigError:
+            raise CheckpointError(
+                f"{source}: checkpoint of algorithm {algo!r}, which this drl does not have"
+            ) from None
+        if "obs_rms_state" not in payload:
+            raise CheckpointError(f"{source}: checkpoint lacks 'obs_rms_state' (null is allowed)")
+        env = _field(payload, "env", dict, source)
+        progress = _field(payload, "progress", dict, source)
+        try:
+            check_env_kwargs(env.get("kwargs", {}), "env.kwargs")  # absent in older checkpoints
+        except ConfigError as error:
+            raise CheckpointError(f"{source}: checkpoint {error}") from None
+        try:
+            env_record = EnvRecord(
+                id=env["id"],
+                observation_shape=list(env["observation_shape"]),
+                action_low=[float(x) for x in env["action_low"]],
+                action_high=[float(x) for x in env["action_high"]],
+                max_episode_steps=env.get("max_episode_steps"),
+                kwargs=dict(env.get("kwargs", {})),
+            )
+            counters = RunProgress(
+                **{f.name: progress[f.name] for f in dataclasses.fields(RunProgress)}
+            )
+        except (KeyError, TypeError, ValueError) as error:
+            raise CheckpointError(
+                f"{source}: checkpoint env or progress entry is malformed ({error!r})"
+            ) from None
+        if not isinstance(env_record.id, str):
+            raise CheckpointError(f"{source}: checkpoint does not name its environment (env.id)")
+        obs_rms = payload["obs_rms_state"]
+        if obs_rms is not None and not isinstance(obs_rms, dict):
+            raise CheckpointError(f"{source}: checkpoint 'obs_rms_state' must be a mapping or null")
+        return Checkpoint(
+            algo=algo,
+            actor=_field(payload, "actor", dict, source),
+            actor_semantics=payload.get("actor_semantics"),  # validated where it is used
+            env=env_record,
+            progress=counters,
+            config=_field(payload, "config", dict, source),
+            learner_states=_field(payload, "learner_states", list, source),
+            obs_rms_state=obs_rms,
+            observation_clip=float(payload.get("observation_clip", DEFAULT_OBSERVATION_CLIP)),
+            versions=_field(payload, "versions", dict, source),
+        )
+
+
+def _field(payload: Mapping[str, Any], key: str, kind: type, source: str) -> Any:
+    if key not in payload:
+        raise CheckpointError(f"{source}: checkpoint lacks '{key}'")
+    value = payload[key]
+    if not isinstance(value, kind):
+        raise CheckpointError(
+            f"{source}: checkpoint '{key}' is a {type(value).__name__}, expected {kind.__name__}"
+        )
+    return value
+
+
+def _to_tensors(value: Any) -> Any:
+    """numpy arrays (and numpy scalars) as tensors (and Python numbers): weights_only loading
+    reads nothing else."""
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(value.copy())
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dict):
+        return {k: _to_tensors(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_to_tensors(item) for item in value]
+    return value
+
+
+def write_checkpoint(path: str | Path, checkpoint: Checkpoint) -> Path:
+    """Write atomically (``drlcli.atomic``): the old or the new file, never a part."""
+    return save_payload(path, checkpoint.to_payload())
+
+
+def save_payload(path: str | Path, payload: Mapping[str, Any]) -> Path:
+    """``torch.save`` a payload atomically (``write_checkpoint``'s lower half)."""
     path = Path(path)
     with atomic_output(path) as temp:
         torch.save(dict(payload), temp)
     return path
 
 
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
+def read_checkpoint(path: str | Path) -> Checkpoint:
     """Read a checkpoint without running any code from it.
+
+    Raises:
+        CheckpointError: see ``load_payload``; or a field missing or of the wrong type.
+    """
+    return Checkpoint.from_payload(load_payload(path), source=str(path))
+
+
+def load_payload(path: str | Path) -> dict[str, Any]:
+    """Read a checkpoint file's raw payload without running any code from it (``drl verify``
+    audits it field by field; everything else reads a ``Checkpoint``).
 
     Raises:
         CheckpointError: missing path, directory, empty/truncated/non-torch file, a pickle that
@@ -151,28 +371,12 @@ def validate_actor_semantics(
     return semantics
 
 
-# What each learner's state must hold for resume (Method.md, "Checkpoints").
-LEARNER_STATE_KEYS: dict[str, tuple[str, ...]] = {
-    "ppo": ("actor", "value", "optimizer"),
-    "flash_sac": (
-        "actor",
-        "critic",
-        "target_critic",
-        "log_temperature",
-        "actor_optimizer",
-        "critic_optimizer",
-        "temperature_optimizer",
-        "updates",
-        "return_scaler",
-        "transitions",
-    ),
-}
-
-
-def validate_learner_states(states: Any, algo: str, source: str = "checkpoint") -> str:
-    """Check that ``learner_states`` can be resumed by ``algo``: a non-empty list of mappings
-    with the keys the algorithm restores, and PPO's optional ``reward_scalers`` a list of null
-    or ``{mean, var, count}`` moments of shape ``[1]`` with a positive count.
+def validate_learner_states(
+    states: Any, algorithm: Algorithm, source: str = "checkpoint"
+) -> str:
+    """Check that ``learner_states`` can be resumed by ``algorithm``: a non-empty list of
+    mappings with the algorithm's ``learner_state_keys``, each passing its
+    ``check_learner_state``.
 
     Shared by training resume (before Ray starts) and ``drl verify``.
 
@@ -182,41 +386,69 @@ def validate_learner_states(states: Any, algo: str, source: str = "checkpoint") 
     Raises:
         CheckpointError: naming the first entry that is wrong.
     """
-    if algo not in LEARNER_STATE_KEYS:
-        raise CheckpointError(f"{source}: unknown algo {algo!r}, cannot check its learner states")
     if not isinstance(states, list) or not states:
         raise CheckpointError(f"{source}: checkpoint has no learner state to resume from")
     with_rewards = 0
     for index, state in enumerate(states):
         keys = state if isinstance(state, dict) else {}
-        missing = [key for key in LEARNER_STATE_KEYS[algo] if key not in keys]
+        missing = [key for key in algorithm.learner_state_keys if key not in keys]
         if missing:
             raise CheckpointError(
                 f"{source}: learner_states[{index}] lacks {', '.join(missing)}; the file is "
                 "damaged or not from drl train: resume from another checkpoint"
             )
-        problem = _reward_scalers_problem(state.get("reward_scalers"))
+        problem = algorithm.check_learner_state(state)
         if problem is not None:
             raise CheckpointError(
-                f"{source}: learner_states[{index}].reward_scalers {problem}; the file is damaged"
+                f"{source}: learner_states[{index}]: {problem}; the file is damaged"
             )
         with_rewards += state.get("reward_scalers") is not None
     rewards = ", reward statistics included" if with_rewards == len(states) else ""
     return f"{len(states)} learner state(s) complete for resume{rewards}"
 
 
-def _reward_scalers_problem(scalers: Any) -> str | None:
-    if scalers is None:
-        return None
-    if not isinstance(scalers, list):
-        return f"is a {type(scalers).__name__}, expected a list"
-    for moments in scalers:
-        if moments is None:
-            continue
-        try:
-            state = RmsState.from_dict(moments)
-        except (TypeError, KeyError, ValueError) as error:
-            return f"has an entry that is not {{mean, var, count}} ({error})"
-        if state.mean.shape != (1,) or state.var.shape != (1,) or not state.count > 0:
-            return "has an entry with the wrong shape or a non-positive count"
-    return None
+def check_fits(
+    checkpoint: Checkpoint,
+    facts: EnvFacts,
+    source: str,
+    *,
+    config: Config | None = None,
+) -> None:
+    """The one check that a checkpoint fits an environment (and, for ``--resume``, a config).
+
+    Shared by ``--resume`` (the config's environment and the config), ``drl play`` (the
+    environment it will run in) and ``drl verify`` (the checkpoint's own environment record,
+    so its parts must agree with each other).
+
+    Raises:
+        SemanticsError: listing every difference: the actor semantics' dimensions against the
+            environment's, the recorded action bounds against the environment's; with
+            ``config``: the algorithm, the env id and the env kwargs.
+    """
+    semantics = validate_actor_semantics(checkpoint.actor_semantics, source=source)
+    problems = []
+    if config is not None:
+        if checkpoint.algo != config.algo:
+            problems.append(f"algo: checkpoint {checkpoint.algo!r} != config {config.algo!r}")
+        if checkpoint.env.id != config.env.id:
+            problems.append(f"env.id: checkpoint {checkpoint.env.id!r} != config {config.env.id!r}")
+        if checkpoint.env.kwargs != config.env.kwargs:
+            problems.append(
+                f"env.kwargs: checkpoint {checkpoint.env.kwargs} != config {config.env.kwargs} "
+                "(the task would change under the policy)"
+            )
+    if semantics["obs_dim"] != facts.obs_dim:
+        problems.append(f"obs_dim: checkpoint {semantics['obs_dim']} != env {facts.obs_dim}")
+    if semantics["action_dim"] != facts.action_dim:
+        problems.append(
+            f"action_dim: checkpoint {semantics['action_dim']} != env {facts.action_dim}"
+        )
+    for bound in ("action_low", "action_high"):
+        stored = np.asarray(getattr(checkpoint.env, bound), dtype=np.float64)
+        actual = getattr(facts, bound)
+        if stored.shape != actual.shape or not np.array_equal(stored, actual):
+            problems.append(f"{bound}: checkpoint {stored.tolist()} != env {actual.tolist()}")
+    if problems:
+        raise SemanticsError(
+            f"{source}: checkpoint does not fit environment {facts.env_id}: " + "; ".join(problems)
+        )

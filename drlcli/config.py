@@ -22,29 +22,9 @@ from typing import Any
 
 import yaml
 
+from drlcli.algos.registry import ALGORITHMS, DEFAULT_ALGORITHM, get_algorithm
+from drlcli.config_fields import in_range, positive
 from drlcli.errors import ConfigError
-
-# --- field constraints -------------------------------------------------------------------------
-# A field's metadata may carry bounds; the loader checks them and names the key path on failure.
-
-
-def _positive() -> dict[str, Any]:
-    return {"min": 1}
-
-
-def _range(
-    low: float | None = None,
-    high: float | None = None,
-    *,
-    low_open: bool = False,
-    high_open: bool = False,
-) -> dict[str, Any]:
-    return {"low": low, "high": high, "low_open": low_open, "high_open": high_open}
-
-
-def _choices(*options: str) -> dict[str, Any]:
-    return {"choices": options}
-
 
 # --- schema ------------------------------------------------------------------------------------
 
@@ -54,12 +34,16 @@ class EnvConfig:
     """The Gymnasium task every rollout actor steps."""
 
     id: str = "InvertedPendulum-v5"
-    num_envs: int = field(default=1, metadata=_positive())
+    """Gymnasium id; a flat Box observation and a finite Box action are required."""
+    num_envs: int = field(default=1, metadata=positive())
+    """Environments each rollout actor steps together, with batched inference."""
     seed: int = 0
-    max_episode_steps: int | None = field(default=None, metadata=_positive())
-    # Keyword arguments of gymnasium.make, e.g. {xml_file: robot.xml} or
-    # {include_cfrc_ext_in_observation: false}; stored in checkpoints so play rebuilds the task.
+    """Run seed: environments, sampling noise and network initialisation derive from it."""
+    max_episode_steps: int | None = field(default=None, metadata=positive())
+    """Overrides the task's time limit; null: the task's own."""
     kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of gymnasium.make, e.g. ``{xml_file: /abs/robot.xml}``; stored in
+    checkpoints so play and export rebuild the same task."""
 
 
 # gymnasium.make arguments drl sets itself.
@@ -71,96 +55,39 @@ RESERVED_ENV_KWARGS = {
 
 
 @dataclass(frozen=True)
-class PPOParams:
-    """Hyper-parameters of PPO (Schulman et al. 2017), named as in the paper where it names them."""
-
-    learning_rate: float = field(default=3e-4, metadata=_range(0.0, low_open=True))
-    anneal_learning_rate: bool = True
-    num_epochs: int = field(default=10, metadata=_positive())
-    num_minibatches: int = field(default=32, metadata=_positive())
-    clip_coef: float = field(default=0.2, metadata=_range(0.0, low_open=True))
-    clip_value_loss: bool = False
-    ent_coef: float = field(default=0.0, metadata=_range(0.0))
-    vf_coef: float = field(default=0.5, metadata=_range(0.0))
-    max_grad_norm: float = field(default=0.5, metadata=_range(0.0, low_open=True))
-    target_kl: float | None = field(default=None, metadata=_range(0.0, low_open=True))
-    normalize_advantages: bool = True
-    hidden_sizes: tuple[int, ...] = (64, 64)
-    activation: str = field(default="tanh", metadata=_choices("tanh", "relu", "elu"))
-    init_log_std: float = 0.0
-    normalize_observations: bool = True
-    observation_clip: float = field(default=10.0, metadata=_range(0.0, low_open=True))
-    normalize_rewards: bool = True
-    reward_clip: float = field(default=10.0, metadata=_range(0.0, low_open=True))
-
-
-@dataclass(frozen=True)
-class ActorConfig:
-    """A custom policy actor (ADR-0017): ``builder(obs_dim=, action_dim=, device=, **kwargs)``.
-
-    Naming a builder in the config is the user's consent to import that module.
-    """
-
-    builder: str
-    kwargs: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class FlashSACParams:
-    """Hyper-parameters of FlashSAC (arXiv 2604.04539); defaults are the paper's sizes."""
-
-    batch_size: int = field(default=512, metadata=_positive())
-    updates_per_env_step: float = field(default=1.0, metadata=_range(0.0, low_open=True))
-    buffer_size: int = field(default=1_000_000, metadata=_positive())
-    warmup_steps: int = field(default=5_000, metadata=_range(0))
-    actor_hidden_dim: int = field(default=128, metadata=_positive())
-    actor_num_blocks: int = field(default=2, metadata=_range(0))
-    critic_hidden_dim: int = field(default=256, metadata=_positive())
-    critic_num_blocks: int = field(default=2, metadata=_range(0))
-    num_bins: int = field(default=101, metadata=_range(2))
-    v_min: float = -5.0
-    v_max: float = 5.0
-    target_tau: float = field(default=0.01, metadata=_range(0.0, 1.0, low_open=True))
-    initial_temperature: float = field(default=0.01, metadata=_range(0.0, low_open=True))
-    target_sigma: float = field(default=0.15, metadata=_range(0.0, low_open=True))
-    learning_rate: float = field(default=3e-4, metadata=_range(0.0, low_open=True))
-    learning_rate_end: float = field(default=1.5e-4, metadata=_range(0.0))
-    actor_update_period: int = field(default=2, metadata=_positive())
-    normalize_rewards: bool = True
-    normalized_return_max: float = field(default=5.0, metadata=_range(0.0, low_open=True))
-    noise_zeta_mu: float = field(default=2.0, metadata=_range(0.0, low_open=True))
-    noise_zeta_max: int = field(default=16, metadata=_positive())
-    actor_normalize_parameters: bool = True
-    critic_normalize_parameters: bool = True
-    use_whole_cycle_cuda_graph: bool | None = None
-    actor_config: ActorConfig | None = None
-    save_replay_buffer: bool = False
-
-
-# Registered algorithms and their parameter dataclasses.
-ALGORITHM_PARAMS: dict[str, type] = {"ppo": PPOParams, "flash_sac": FlashSACParams}
-AlgoParams = PPOParams | FlashSACParams
-
-
-@dataclass(frozen=True)
 class Config:
     """One training run. Topology names (num_actors, num_gpus, ...) are those of Method.md."""
 
     name: str = ""
-    algo: str = "ppo"
+    """Names the outputs (``model_<name>.pt``); default: the config file's stem."""
+    algo: str = DEFAULT_ALGORITHM
+    """A registered algorithm (drlcli/algos/registry.py); selects the ``algo_params`` schema."""
     env: EnvConfig = field(default_factory=EnvConfig)
-    num_actors: int = field(default=1, metadata=_positive())
-    num_gpus: int = field(default=1, metadata=_positive())
-    actors_per_gpu: int | None = field(default=None, metadata=_positive())
-    param_sync_interval: int = field(default=1, metadata=_positive())
+    """The task."""
+    num_actors: int = field(default=1, metadata=positive())
+    """Rollout actors requested in total."""
+    num_gpus: int = field(default=1, metadata=positive())
+    """Learners requested, one per GPU."""
+    actors_per_gpu: int | None = field(default=None, metadata=positive())
+    """Rollout actors per learner; null: all on the one learner (only with num_gpus: 1)."""
+    param_sync_interval: int = field(default=1, metadata=positive())
+    """Rounds between averages of all learners' parameters."""
     learners_on_cpu: bool = False
-    total_env_steps: int = field(default=100_000, metadata=_positive())
-    rollout_length: int = field(default=2048, metadata=_positive())
-    gamma: float = field(default=0.99, metadata=_range(0.0, 1.0, high_open=False))
-    gae_lambda: float = field(default=0.95, metadata=_range(0.0, 1.0))
+    """Run all num_gpus learners on CPU (the multi-learner topology without GPUs)."""
+    total_env_steps: int = field(default=100_000, metadata=positive())
+    """Training budget in environment steps, all rollout actors together."""
+    rollout_length: int = field(default=2048, metadata=positive())
+    """Steps each environment of each rollout actor takes per round."""
+    gamma: float = field(default=0.99, metadata=in_range(0.0, 1.0))
+    """Discount factor."""
+    gae_lambda: float = field(default=0.95, metadata=in_range(0.0, 1.0))
+    """Lambda of generalised advantage estimation."""
     output_dir: str = "output"
+    """Where checkpoints are written."""
     metrics_path: str = ""
-    algo_params: AlgoParams = field(default_factory=PPOParams)
+    """The metrics CSV; default ``<output_dir>/metrics_<name>.csv``."""
+    algo_params: Any = field(default_factory=lambda: ALGORITHMS[DEFAULT_ALGORITHM].params_type())
+    """Hyper-parameters of ``algo``: an instance of its registry entry's ``params_type``."""
 
     @property
     def checkpoint_path(self) -> Path:
@@ -257,15 +184,12 @@ def load_config(path: str | Path) -> Config:
 def config_from_dict(raw: dict[str, Any], default_name: str = "run") -> Config:
     """Validate a plain mapping (already parsed YAML or a checkpoint's stored config)."""
     raw = dict(raw)
-    algo = raw.get("algo", Config.algo)
-    if not isinstance(algo, str) or algo not in ALGORITHM_PARAMS:
-        known = ", ".join(sorted(ALGORITHM_PARAMS))
-        raise ConfigError(f"algo: unknown algorithm {algo!r}; choose one of: {known}")
-    params_type = ALGORITHM_PARAMS[algo]
+    algorithm = get_algorithm(raw.get("algo", Config.algo))
     raw.setdefault("algo_params", {})
-    config = _build_dataclass(Config, raw, "", hint_overrides={"algo_params": params_type})
-    if isinstance(config.algo_params, FlashSACParams):
-        _check_flash_sac(config.algo_params)
+    config = _build_dataclass(
+        Config, raw, "", hint_overrides={"algo_params": algorithm.params_type}
+    )
+    algorithm.check_params(config.algo_params)
     check_env_kwargs(config.env.kwargs, "env.kwargs")
     name = config.name or default_name
     if not _NAME_PATTERN.match(name):
@@ -297,26 +221,6 @@ def check_env_kwargs(kwargs: Any, path: str) -> None:
                 f"{path}.{key}: {_describe(value)} is not plain data (use strings, numbers, "
                 "booleans, lists and mappings)"
             ) from None
-
-
-def _check_flash_sac(params: FlashSACParams) -> None:
-    """ADR-0017 rules that need no hardware knowledge (the CUDA auto case is the learner's)."""
-    if params.v_min >= params.v_max:
-        raise ConfigError(
-            f"algo_params.v_min: must be below v_max ({params.v_min} >= {params.v_max})"
-        )
-    if params.actor_config is None:
-        return
-    if params.use_whole_cycle_cuda_graph:
-        raise ConfigError(
-            "algo_params.use_whole_cycle_cuda_graph: a custom actor (actor_config) cannot run in "
-            "a whole-cycle CUDA graph; set it to false"
-        )
-    if not params.actor_normalize_parameters:
-        raise ConfigError(
-            "algo_params.actor_normalize_parameters: false only applies to the built-in actor; "
-            "a custom actor (actor_config) owns normalize_parameters()"
-        )
 
 
 def _build_dataclass(

@@ -21,7 +21,7 @@ from torch import nn
 from drlcli import __version__
 from drlcli.atomic import atomic_output
 from drlcli.errors import ExportError, UsageError
-from drlcli.normalization import RmsState
+from drlcli.normalization import VARIANCE_EPSILON, RmsState
 from drlcli.play import PlayPolicy, load_play_actor
 
 PARITY_TOLERANCE = 1e-5
@@ -37,7 +37,7 @@ class NormalizedPolicy(nn.Module):
         self.normalize = obs_rms is not None
         if obs_rms is not None:
             self.register_buffer("mean", torch.as_tensor(obs_rms.mean, dtype=torch.float32))
-            inv_std = 1.0 / np.sqrt(obs_rms.var + 1e-8)
+            inv_std = 1.0 / np.sqrt(obs_rms.var + VARIANCE_EPSILON)
             self.register_buffer("inv_std", torch.as_tensor(inv_std, dtype=torch.float32))
         self.clip = float(clip)
 
@@ -163,7 +163,7 @@ def _parity_observations(policy: PlayPolicy, steps: int) -> np.ndarray:
     rng = np.random.default_rng(0)
     obs_dim = policy.facts.obs_dim
     if policy.obs_rms is not None:
-        scale = np.sqrt(policy.obs_rms.var + 1e-8)
+        scale = np.sqrt(policy.obs_rms.var + VARIANCE_EPSILON)
         random = policy.obs_rms.mean + scale * rng.normal(size=(64, obs_dim)) * 2.0
     else:
         random = rng.normal(size=(64, obs_dim)) * 2.0
@@ -210,17 +210,15 @@ def _normalization(policy: PlayPolicy) -> str:
     """How the exported graph normalises observations."""
     if policy.obs_rms is not None:
         return "frozen observation statistics"
-    if policy.checkpoint.get("algo") == "flash_sac":
-        return "the actor's input BatchNorm (running statistics)"
-    return "none"
+    return policy.checkpoint.algorithm.normalization_inside_actor or "none"
 
 
 def _add_metadata(model: Any, policy: PlayPolicy) -> None:
     checkpoint = policy.checkpoint
     entries = {
-        "drl.actor_semantics": json.dumps(checkpoint["actor_semantics"], sort_keys=True),
+        "drl.actor_semantics": json.dumps(checkpoint.actor_semantics, sort_keys=True),
         "drl.env_id": policy.env_id,
-        "drl.algo": str(checkpoint.get("algo")),
+        "drl.algo": checkpoint.algo,
         "drl.version": __version__,
         "drl.normalization": _normalization(policy),
         "drl.action_low": json.dumps(policy.facts.action_low.tolist()),

@@ -1,7 +1,9 @@
 """The metric schema, cross-learner aggregation, and the canonical metrics CSV.
 
-Every name written to the CSV is registered here (fail closed on unknown names), except the open
-family ``Loss/aux_<name>`` of actor-provided auxiliary losses (ADR-0017).
+Every name written to the CSV is registered (fail closed on unknown names): the common columns
+here, each algorithm's in its registry entry, and the open family ``Loss/aux_<name>`` of
+actor-provided auxiliary losses (docs/adr/0017-custom-policy-actors.md). The columns are fixed
+when a run starts; a row with another name is refused.
 """
 
 from __future__ import annotations
@@ -11,10 +13,12 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from drlcli.algos.algorithm import Algorithm
 from drlcli.errors import TrainingError
 
-# name -> meaning; the CSV columns follow this order.
-METRIC_SCHEMA: dict[str, str] = {
+# name -> meaning of the columns every run writes, in CSV order; each algorithm's registry
+# entry (Algorithm.metrics) declares the columns that follow.
+COMMON_METRICS: dict[str, str] = {
     "round": "training round, 1-based, counted across resumes",
     "env_steps": "environment steps collected so far, all rollout actors together",
     "wall_time_s": "seconds since training started (resumes add to the stored time)",
@@ -24,63 +28,6 @@ METRIC_SCHEMA: dict[str, str] = {
     "episode_return_min": "lowest such return",
     "episode_return_max": "highest such return",
     "episode_length_mean": "mean length of the episodes finished this round",
-    # PPO
-    "Loss/policy": "clipped surrogate loss (negated L^CLIP), minibatch mean",
-    "Loss/value": "0.5 * squared value error, minibatch mean",
-    "Loss/entropy": "policy entropy, minibatch mean",
-    "approx_kl": "KL(old || updated policy) on the round's data, k3 estimator",
-    "clip_fraction": "fraction of the round's samples whose final ratio is outside 1 +- clip",
-    "grad_norm": "global gradient norm before clipping, minibatch mean",
-    "explained_variance": "1 - Var(returns - V) / Var(returns) after the update",
-    "learning_rate": "optimiser step size this round",
-    "epochs": "epochs started this round (KL early stop may cut the last)",
-    "buffer_size": "PPO: samples trained on this round; FlashSAC: replay size; all learners",
-    # FlashSAC
-    "Loss/critic": "cross-entropy of the critic against the projected target, update mean",
-    "Loss/actor": "E[alpha log pi - min Q] (without aux losses), actor-update mean",
-    "Loss/temperature": "alpha * (H(pi) - H_target), actor-update mean",
-    "temperature": "entropy temperature alpha, actor-update mean",
-    "entropy": "policy entropy estimate -E[log pi], actor-update mean",
-    "q_mean": "mean predicted Q of replayed (s, a) in scaled-reward units",
-    "updates": "gradient updates this round, per learner",
-    "updates_per_second": "gradient updates per second of update time, per learner",
-}
-COMMON_COLUMNS: tuple[str, ...] = (
-    "round",
-    "env_steps",
-    "wall_time_s",
-    "sps",
-    "episodes",
-    "episode_return_mean",
-    "episode_return_min",
-    "episode_return_max",
-    "episode_length_mean",
-)
-ALGORITHM_COLUMNS: dict[str, tuple[str, ...]] = {
-    "ppo": (
-        "Loss/policy",
-        "Loss/value",
-        "Loss/entropy",
-        "approx_kl",
-        "clip_fraction",
-        "grad_norm",
-        "explained_variance",
-        "learning_rate",
-        "epochs",
-        "buffer_size",
-    ),
-    "flash_sac": (
-        "Loss/critic",
-        "Loss/actor",
-        "Loss/temperature",
-        "temperature",
-        "entropy",
-        "q_mean",
-        "learning_rate",
-        "updates",
-        "updates_per_second",
-        "buffer_size",
-    ),
 }
 OPEN_FAMILIES: tuple[str, ...] = ("Loss/aux_",)
 TIME_COLUMNS: frozenset[str] = frozenset({"wall_time_s", "sps"})
@@ -88,19 +35,29 @@ TIME_COLUMNS: frozenset[str] = frozenset({"wall_time_s", "sps"})
 SUMMED_ACROSS_LEARNERS: frozenset[str] = frozenset({"buffer_size"})
 
 
-def metric_columns(algo: str, aux_loss_names: Sequence[str] = ()) -> list[str]:
-    """The CSV columns of a run: common, the algorithm's, then ``Loss/aux_<name>``."""
-    aux = [f"Loss/aux_{name}" for name in sorted(aux_loss_names)]
-    columns = [*COMMON_COLUMNS, *ALGORITHM_COLUMNS[algo], *aux]
-    check_metric_names(columns)
+def metric_schema(algorithm: Algorithm) -> dict[str, str]:
+    """Every registered name of a run of ``algorithm`` with its meaning, in CSV order."""
+    return {**COMMON_METRICS, **algorithm.metrics}
+
+
+def metric_columns(algorithm: Algorithm, aux_loss_names: Sequence[str] = ()) -> list[str]:
+    """The CSV columns of a run: common, the algorithm's, then ``Loss/aux_<name>`` sorted."""
+    aux = [f"{OPEN_FAMILIES[0]}{name}" for name in sorted(aux_loss_names)]
+    columns = [*metric_schema(algorithm), *aux]
+    check_metric_names(columns, algorithm)
     return columns
 
 
-def check_metric_names(names: Iterable[str]) -> None:
-    """Raise TrainingError for a name neither registered nor in an open family."""
+def check_metric_names(names: Iterable[str], algorithm: Algorithm) -> None:
+    """Raise TrainingError for a name neither registered for ``algorithm`` nor in an open
+    family."""
+    schema = metric_schema(algorithm)
     for name in names:
-        if name not in METRIC_SCHEMA and not name.startswith(OPEN_FAMILIES):
-            raise TrainingError(f"metric {name!r} is not in the metric schema (drlcli/metrics.py)")
+        if name not in schema and not name.startswith(OPEN_FAMILIES):
+            raise TrainingError(
+                f"metric {name!r} is not in the {algorithm.name} metric schema (drlcli/metrics.py "
+                "and the algorithm's registry entry)"
+            )
 
 
 def average_metrics(per_learner: Sequence[Mapping[str, float]]) -> dict[str, float]:
@@ -135,7 +92,6 @@ class MetricsWriter:
     def __init__(self, path: str | Path, columns: Sequence[str], append: bool = False):
         self.path = Path(path)
         self.columns = list(columns)
-        check_metric_names(self.columns)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if append and self.path.exists() and self.path.stat().st_size > 0:
             with self.path.open(newline="") as existing:
@@ -155,12 +111,11 @@ class MetricsWriter:
 
     def write(self, row: Mapping[str, float | int]) -> None:
         """Write one round; a name outside the columns is an error (fail closed)."""
-        unknown = set(row) - set(self.columns)
+        unknown = sorted(set(row) - set(self.columns))
         if unknown:
-            check_metric_names(unknown)
             raise TrainingError(
-                f"metrics {sorted(unknown)} appeared after training started; the set of "
-                "metric names (aux losses included) must not change during training"
+                f"metrics {unknown} are not among this run's columns: the set of metric names "
+                "(aux losses included) must not change during training"
             )
         self._writer.writerow([_format(row.get(column)) for column in self.columns])
         self._file.flush()

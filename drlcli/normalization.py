@@ -14,6 +14,11 @@ from typing import Any
 
 import numpy as np
 
+DEFAULT_OBSERVATION_CLIP = 10.0
+"""Clip of standardised observations unless the config sets another."""
+VARIANCE_EPSILON = 1e-8
+"""Added to a variance before its square root, so a constant feature divides by ~1e-4."""
+
 
 @dataclass(frozen=True)
 class RmsState:
@@ -81,7 +86,10 @@ def merge_rms_states(states: Sequence[RmsState | None]) -> RmsState | None:
 
 
 def normalize_observation(
-    observation: np.ndarray, state: RmsState | None, clip: float, epsilon: float = 1e-8
+    observation: np.ndarray,
+    state: RmsState | None,
+    clip: float,
+    epsilon: float = VARIANCE_EPSILON,
 ) -> np.ndarray:
     """``clip((obs - mean) / sqrt(var + epsilon), -clip, clip)`` as float32; identity when ``state``
     is None (no statistics yet)."""
@@ -90,3 +98,80 @@ def normalize_observation(
         return observation.astype(np.float32, copy=False)
     scaled = (observation - state.mean) / np.sqrt(state.var + epsilon)
     return np.clip(scaled, -clip, clip).astype(np.float32)
+
+
+class RewardScaler:
+    """Reward scaling by the statistics of the discounted return, one per environment.
+
+    ``G <- gamma * G + r`` accumulates the current episode's rewards; after the step that ends
+    an episode (terminated or truncated) G restarts at 0, so the terminal step's G still holds
+    the whole episode and nothing of it leaks into the next one. The running moments of G over
+    all environments (``merge_rms_states``) and its largest magnitude give the divisor
+
+        divisor = max(sqrt(Var[G] + 1e-8), max|G| / return_max)
+
+    (``return_max`` None: the first term alone). PPO divides each new reward by it and clips;
+    FlashSAC divides replayed rewards by the current divisor so returns fit the critic's support.
+    Reported episode returns are always the raw ones.
+    """
+
+    def __init__(self, num_envs: int, gamma: float, return_max: float | None = None) -> None:
+        self.gamma, self.return_max = gamma, return_max
+        self.discounted_return = np.zeros(num_envs)
+        self.moments: RmsState | None = None
+        self.abs_max = 0.0
+
+    def update(self, rewards: np.ndarray, dones: np.ndarray) -> None:
+        """Add one step's rewards ``[num_envs]``; ``dones[i]``: env i's episode ended on it."""
+        self.discounted_return = self.discounted_return * self.gamma + rewards
+        self.moments = merge_rms_states(
+            [self.moments, compute_batch_moments(self.discounted_return[:, None])]
+        )
+        self.abs_max = max(self.abs_max, float(np.abs(self.discounted_return).max()))
+        self.discounted_return[np.asarray(dones, dtype=bool)] = 0.0
+
+    def divisor(self) -> float:
+        """What rewards are divided by now (1 before any update)."""
+        if self.moments is None:
+            return 1.0
+        divisor = float(np.sqrt(self.moments.var[0] + VARIANCE_EPSILON))
+        if self.return_max is not None:
+            divisor = max(divisor, self.abs_max / self.return_max)
+        return divisor
+
+    def state_dict(self) -> dict[str, Any] | None:
+        """``{mean, var: [1] arrays, count, abs_max}`` (checkpoint form), or None before any
+        update. The per-env G are not part of it: episodes restart on resume."""
+        if self.moments is None:
+            return None
+        return {**self.moments.to_dict(), "abs_max": self.abs_max}
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        """Load ``state_dict()`` output (also the scalar moments of checkpoints written before
+        PPO and FlashSAC shared this scaler)."""
+        if state is None or not float(state["count"]) > 0:
+            self.moments, self.abs_max = None, 0.0
+            return
+        self.moments = RmsState(
+            mean=np.asarray(state["mean"], dtype=np.float64).reshape(1),
+            var=np.asarray(state["var"], dtype=np.float64).reshape(1),
+            count=float(state["count"]),
+        )
+        self.abs_max = float(state.get("abs_max", 0.0))
+
+
+def reward_scaler_state_problem(state: Any) -> str | None:
+    """What is wrong with a stored ``RewardScaler.state_dict()`` (None is fine), or None."""
+    if state is None:
+        return None
+    try:
+        count = float(state["count"])
+        mean = np.asarray(state["mean"], dtype=np.float64)
+        var = np.asarray(state["var"], dtype=np.float64)
+    except (TypeError, KeyError, ValueError) as error:
+        return f"is not {{mean, var, count}} ({error!r})"
+    if mean.size != 1 or var.size != 1 or not count >= 0:
+        return "has the wrong shape or a negative count"
+    if not (np.isfinite(mean).all() and np.isfinite(var).all() and (var >= 0).all()):
+        return "has non-finite moments or a negative variance"
+    return None

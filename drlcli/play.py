@@ -15,10 +15,9 @@ import numpy as np
 import torch
 
 from drlcli.actors.spec import ActorSpec, actor_semantics, build_policy_actor
-from drlcli.checkpoint import load_checkpoint, validate_actor_semantics
-from drlcli.config import check_env_kwargs
+from drlcli.checkpoint import Checkpoint, check_fits, read_checkpoint, validate_actor_semantics
 from drlcli.envs import EnvFacts, env_facts, make_env
-from drlcli.errors import CheckpointError, ConfigError, SemanticsError, UsageError
+from drlcli.errors import CheckpointError, SemanticsError, UsageError
 from drlcli.normalization import RmsState, normalize_observation
 
 
@@ -34,7 +33,7 @@ class PlayPolicy:
         env_kwargs: the ``gymnasium.make`` keyword arguments training used ({} for an override).
         facts: that environment's spaces.
         max_episode_steps: the time limit training used (None: the task's own).
-        checkpoint: the whole loaded payload.
+        checkpoint: the whole checkpoint.
     """
 
     actor: torch.nn.Module
@@ -44,7 +43,7 @@ class PlayPolicy:
     env_kwargs: dict[str, Any]
     facts: EnvFacts
     max_episode_steps: int | None
-    checkpoint: dict[str, Any]
+    checkpoint: Checkpoint
 
     def make_env(self, **overrides: Any) -> Any:
         """The policy's environment as training made it; ``overrides`` (render_mode, width,
@@ -84,9 +83,9 @@ def load_play_actor(
         SemanticsError: missing/unsupported semantics, a custom builder without consent,
             or a mismatch with the environment or the rebuilt actor.
     """
-    payload = load_checkpoint(path)
+    checkpoint = read_checkpoint(path)
     source = str(path)
-    semantics = validate_actor_semantics(payload.get("actor_semantics"), source=source)
+    semantics = validate_actor_semantics(checkpoint.actor_semantics, source=source)
     spec = ActorSpec(semantics["builder"], semantics["kwargs"])
     if spec.kind != semantics["kind"]:
         raise SemanticsError(
@@ -98,67 +97,36 @@ def load_play_actor(
             f"{source}: the policy is built by custom code {spec.builder}; importing it runs "
             f"that module. If you trust it, pass --allow-builder {spec.module}"
         )
-    stored_env = payload.get("env") or {}
-    trained_env_id = stored_env.get("id")
-    if not isinstance(trained_env_id, str):
-        raise CheckpointError(f"{source}: checkpoint does not name its environment (env.id)")
-    run_env_id = env_id or trained_env_id
+    run_env_id = env_id or checkpoint.env.id
     # Another task does not take the trained task's kwargs (an xml_file, say).
-    env_kwargs = stored_env.get("kwargs", {}) if run_env_id == trained_env_id else {}
-    try:
-        check_env_kwargs(env_kwargs, "env.kwargs")
-    except ConfigError as error:
-        raise CheckpointError(f"{source}: checkpoint {error}") from None
+    env_kwargs = checkpoint.env.kwargs if run_env_id == checkpoint.env.id else {}
     env = make_env(run_env_id, **env_kwargs)
     facts = env_facts(env)
     env.close()
-    _check_env_matches(source, semantics, stored_env, facts)
+    check_fits(checkpoint, facts, source)
 
     actor = build_policy_actor(spec, facts.obs_dim, facts.action_dim)
     rebuilt = actor_semantics(spec, facts.obs_dim, facts.action_dim, actor.action_transform_id)
     validate_actor_semantics(semantics, rebuilt, source=source)
     try:
-        actor.load_state_dict(payload["actor"])
+        actor.load_state_dict(checkpoint.actor)
     except (KeyError, RuntimeError) as error:
         reason = " ".join(str(error).split())[:300]
         raise CheckpointError(f"{source}: actor weights do not fit the actor: {reason}") from error
     actor.eval()
-    rms_state = payload.get("obs_rms_state")
     obs_rms = None
-    if rms_state is not None:
-        obs_rms = RmsState.from_dict(rms_state)
+    if checkpoint.obs_rms_state is not None:
+        obs_rms = RmsState.from_dict(checkpoint.obs_rms_state)
     return PlayPolicy(
         actor=actor,
         obs_rms=obs_rms,
-        observation_clip=float(payload.get("observation_clip", 10.0)),
+        observation_clip=checkpoint.observation_clip,
         env_id=run_env_id,
         env_kwargs=dict(env_kwargs),
         facts=facts,
-        max_episode_steps=stored_env.get("max_episode_steps"),
-        checkpoint=payload,
+        max_episode_steps=checkpoint.env.max_episode_steps,
+        checkpoint=checkpoint,
     )
-
-
-def _check_env_matches(
-    source: str, semantics: dict[str, Any], stored_env: dict[str, Any], facts: EnvFacts
-) -> None:
-    problems = []
-    if semantics["obs_dim"] != facts.obs_dim:
-        problems.append(f"obs_dim: checkpoint {semantics['obs_dim']} != env {facts.obs_dim}")
-    if semantics["action_dim"] != facts.action_dim:
-        problems.append(
-            f"action_dim: checkpoint {semantics['action_dim']} != env {facts.action_dim}"
-        )
-    for bound in ("action_low", "action_high"):
-        stored = stored_env.get(bound)
-        actual = getattr(facts, bound)
-        if stored is None or not np.array_equal(np.asarray(stored, dtype=np.float64), actual):
-            problems.append(f"{bound}: checkpoint {stored} != env {actual.tolist()}")
-    if problems:
-        raise SemanticsError(
-            f"{source}: environment {facts.env_id} does not match the checkpoint: "
-            + "; ".join(problems)
-        )
 
 
 @dataclass(frozen=True)

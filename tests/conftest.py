@@ -72,10 +72,12 @@ def ppo_checkpoint_payload():
     import numpy as np
 
     from drlcli.actors.spec import actor_semantics
-    from drlcli.algos.ppo.learner import Learner, gaussian_actor_spec
+    from drlcli.algos.ppo.algorithm import PPO, gaussian_actor_spec
+    from drlcli.algos.ppo.learner import Learner
+    from drlcli.checkpoint import RunProgress
     from drlcli.config import config_from_dict
     from drlcli.envs import env_facts, make_env
-    from drlcli.runtime.training import RunProgress, build_checkpoint_payload
+    from drlcli.runtime.training import build_checkpoint
 
     config = config_from_dict(
         {"env": {"id": "InvertedPendulum-v5"}, "algo_params": {"hidden_sizes": [8, 8]}},
@@ -86,9 +88,10 @@ def ppo_checkpoint_payload():
     learner = Learner(spec, facts.obs_dim, facts.action_dim, config.algo_params)
     semantics = actor_semantics(spec, facts.obs_dim, facts.action_dim, "clip")
     obs_rms = {"mean": np.arange(4.0), "var": np.ones(4), "count": 100.0}
-    state = {**learner.state_dict(), "optimizer": learner.optimizer_state()}
     progress = RunProgress(round=3, env_steps=6144, wall_time_s=1.5, best_return=12.5)
-    return build_checkpoint_payload(config, semantics, facts, progress, obs_rms, [state])
+    return build_checkpoint(
+        PPO, config, semantics, facts, progress, obs_rms, [learner.state_dict()]
+    ).to_payload()
 
 
 @pytest.fixture
@@ -96,12 +99,12 @@ def checkpoint_file(tmp_path: Path, ppo_checkpoint_payload):
     """Save a (deep-copied, optionally modified) payload and return its path."""
     import copy
 
-    from drlcli.checkpoint import save_checkpoint
+    from drlcli.checkpoint import save_payload
 
     def make(modify=None, name: str = "model.pt") -> Path:
         payload = copy.deepcopy(ppo_checkpoint_payload)
         if modify is not None:
             modify(payload)
-        return save_checkpoint(tmp_path / name, payload)
+        return save_payload(tmp_path / name, payload)
 
     return make

@@ -12,12 +12,12 @@ import time
 import pytest
 import torch
 
-from drlcli.checkpoint import load_checkpoint, save_checkpoint, validate_actor_semantics
+from drlcli.checkpoint import load_payload, save_payload, validate_actor_semantics
 from drlcli.errors import CheckpointError, SemanticsError
 
 
 def test_round_trip_keeps_every_field(checkpoint_file, ppo_checkpoint_payload):
-    loaded = load_checkpoint(checkpoint_file())
+    loaded = load_payload(checkpoint_file())
     assert set(loaded) == set(ppo_checkpoint_payload)
     assert loaded["actor_semantics"] == ppo_checkpoint_payload["actor_semantics"]
     for name, tensor in ppo_checkpoint_payload["actor"].items():
@@ -59,7 +59,7 @@ def test_a_pickle_that_would_run_code_is_refused_without_running_it(tmp_path):
     path = tmp_path / "evil.pt"
     torch.save({"format": "drl-checkpoint", "payload": _Payload(str(marker))}, path)
     with pytest.raises(CheckpointError, match="refused to load: the file holds objects"):
-        load_checkpoint(path)
+        load_payload(path)
     assert not marker.exists()
     # The same file with plain pickle *would* run the payload: the test is not vacuous.
     plain = tmp_path / "plain.pkl"
@@ -85,7 +85,7 @@ def _write(path, data: bytes):
 def test_unreadable_paths_raise_checkpoint_error_with_path(tmp_path, make, message):
     path = make(tmp_path)
     with pytest.raises(CheckpointError) as error:
-        load_checkpoint(path)
+        load_payload(path)
     assert message in str(error.value) and str(path) in str(error.value)
 
 
@@ -95,30 +95,30 @@ def test_truncated_checkpoint_is_refused(checkpoint_file, tmp_path):
         truncated = tmp_path / f"cut{fraction}.pt"
         truncated.write_bytes(data[: int(len(data) * fraction)])
         with pytest.raises(CheckpointError, match="not a readable torch checkpoint"):
-            load_checkpoint(truncated)
+            load_payload(truncated)
 
 
 def test_foreign_torch_files_and_future_versions_are_refused(tmp_path, checkpoint_file):
     foreign = tmp_path / "foreign.pt"
     torch.save({"weights": torch.ones(2)}, foreign)
     with pytest.raises(CheckpointError, match="not a drl checkpoint"):
-        load_checkpoint(foreign)
+        load_payload(foreign)
     future = checkpoint_file(lambda p: p.update(format_version=99), name="future.pt")
     with pytest.raises(CheckpointError, match="format version 99 is not supported"):
-        load_checkpoint(future)
+        load_payload(future)
 
 
 WRITER = textwrap.dedent(
     """
     import sys, torch
-    from drlcli.checkpoint import save_checkpoint
+    from drlcli.checkpoint import save_payload
     path = sys.argv[1]
     payloads = [{"format": "drl-checkpoint", "format_version": 1, "tag": tag,
                  "data": torch.full((400_000,), float(tag))} for tag in (1, 2)]
     print("ready", flush=True)
     i = 0
     while True:
-        save_checkpoint(path, payloads[i % 2])
+        save_payload(path, payloads[i % 2])
         i += 1
     """
 )
@@ -126,7 +126,7 @@ WRITER = textwrap.dedent(
 
 def test_killing_the_writer_at_any_moment_leaves_a_complete_file(tmp_path):
     path = tmp_path / "atomic.pt"
-    save_checkpoint(
+    save_payload(
         path,
         {"format": "drl-checkpoint", "format_version": 1, "tag": 0, "data": torch.zeros(400_000)},
     )
@@ -139,7 +139,7 @@ def test_killing_the_writer_at_any_moment_leaves_a_complete_file(tmp_path):
         time.sleep(rng.uniform(0.0, 0.15))
         os.kill(writer.pid, signal.SIGKILL)
         writer.wait()
-        payload = load_checkpoint(path)
+        payload = load_payload(path)
         assert payload["tag"] in (0, 1, 2)
         assert torch.equal(payload["data"], torch.full((400_000,), float(payload["tag"])))
 
@@ -201,10 +201,13 @@ def _reward_scalers(value):
     [
         (_break_optimizer, r"learner_states\[0\] lacks optimizer"),
         (_reward_scalers("moments"), r"reward_scalers is a str, expected a list"),
-        (_reward_scalers([{"mean": torch.zeros(1)}]), r"reward_scalers has an entry that is not"),
+        (
+            _reward_scalers([{"mean": torch.zeros(1)}]),
+            r"reward_scalers\[0\] is not \{mean, var, count\}",
+        ),
         (
             _reward_scalers([{"mean": torch.zeros(2), "var": torch.ones(2), "count": 4.0}]),
-            r"reward_scalers has an entry with the wrong shape",
+            r"reward_scalers\[0\] has the wrong shape",
         ),
     ],
 )
@@ -240,12 +243,15 @@ def test_resume_refuses_other_env_kwargs(tmp_path, checkpoint_file):
         f"output_dir: {tmp_path / 'out'}\n"
         "algo_params: {hidden_sizes: [8, 8]}\n"
     )
-    with pytest.raises(CheckpointError, match=r"env.kwargs \{\}, the config has \{'reset_noise"):
+    with pytest.raises(
+        CheckpointError, match=r"env.kwargs: checkpoint \{\} != config \{'reset_noise"
+    ):
         train(load_config(config_path), resume=checkpoint_file(), quiet=True)
     assert not (tmp_path / "out").exists()
 
 
 def test_resume_accepts_reward_scalers_that_are_null_or_moments(tmp_path, checkpoint_file):
+    from drlcli.checkpoint import EnvRecord
     from drlcli.config import load_config
     from drlcli.runtime.training import _load_for_resume
 
@@ -253,6 +259,7 @@ def test_resume_accepts_reward_scalers_that_are_null_or_moments(tmp_path, checkp
     config_path.write_text("env: {id: InvertedPendulum-v5}\nalgo_params: {hidden_sizes: [8, 8]}\n")
     moments = {"mean": torch.zeros(1, dtype=torch.float64), "var": torch.ones(1), "count": 8.0}
     path = checkpoint_file(_reward_scalers([moments, None]))
-    payload = load_checkpoint(path)
-    stored = _load_for_resume(path, load_config(config_path), payload["actor_semantics"])
-    assert stored["learner_states"][0]["reward_scalers"][0]["count"] == 8.0
+    payload = load_payload(path)
+    facts = EnvRecord(**payload["env"]).facts()
+    stored = _load_for_resume(path, load_config(config_path), payload["actor_semantics"], facts)
+    assert stored.learner_states[0]["reward_scalers"][0]["count"] == 8.0

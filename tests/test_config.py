@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from drlcli.config import Config, PPOParams, load_config
+from drlcli.algos.ppo.params import PPOParams
+from drlcli.config import Config, load_config
 from drlcli.errors import ConfigError
 
 from .conftest import REPO_ROOT

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from drlcli.audit import audit_checkpoint
-from drlcli.checkpoint import load_checkpoint
+from drlcli.checkpoint import load_payload
 from drlcli.config import load_config
 from drlcli.errors import SemanticsError
 from drlcli.export import export_onnx
@@ -58,7 +58,7 @@ def test_flash_sac_trains_writes_metrics_and_a_playable_exportable_checkpoint(
     rows = read_metrics(config.metrics_path)
     assert list(rows[0]) == FLASH_SAC_COLUMNS
     assert float(rows[1]["updates"]) > 0 and rows[1]["Loss/critic"] != ""
-    payload = load_checkpoint(config.checkpoint_path)
+    payload = load_payload(config.checkpoint_path)
     assert payload["algo"] == "flash_sac" and payload["obs_rms_state"] is None
     assert payload["actor_semantics"]["action_transform"] == "tanh_affine"
     assert payload["learner_states"][0]["updates"] > 0
@@ -72,10 +72,10 @@ def test_flash_sac_trains_writes_metrics_and_a_playable_exportable_checkpoint(
 def test_flash_sac_resume_restores_learner_state_and_counters(flash_config):
     config = load_config(flash_config("res"))
     run(flash_config("res"))
-    stored = load_checkpoint(config.checkpoint_path)["learner_states"][0]
+    stored = load_payload(config.checkpoint_path)["learner_states"][0]
     summary = run(flash_config("res", total=240), resume=config.checkpoint_path)
     assert summary.rounds == 3
-    resumed = load_checkpoint(config.checkpoint_path)["learner_states"][0]
+    resumed = load_payload(config.checkpoint_path)["learner_states"][0]
     # The update counter (learning-rate schedule position) and reward statistics continue.
     assert resumed["updates"] > stored["updates"]
     assert resumed["return_scaler"]["count"] > stored["return_scaler"]["count"]
@@ -94,7 +94,7 @@ def test_custom_actor_injection_end_to_end(flash_config):
     rows = read_metrics(config.metrics_path)
     assert "Loss/aux_action_l2" in rows[0]
     assert rows[1]["Loss/aux_action_l2"] != ""
-    payload = load_checkpoint(config.checkpoint_path)
+    payload = load_payload(config.checkpoint_path)
     semantics = payload["actor_semantics"]
     assert semantics["kind"] == "custom" and semantics["builder"] == "tests.custom_actors:build"
     with pytest.raises(SemanticsError, match="--allow-builder tests.custom_actors"):

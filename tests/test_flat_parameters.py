@@ -118,15 +118,15 @@ def test_learner_refuses_an_actor_that_replaces_its_parameters():
 
     learner.actor.normalize_parameters = replace_parameters
     with pytest.raises(PolicyActorContractError, match="in place"):
-        learner.train_step(3e-4)
+        learner.train_step(0.0)
 
 
 def test_learner_optimizer_state_round_trips_and_a_foreign_one_is_refused():
     learner = _filled_learner()
-    learner.train_step(3e-4)
-    state = copy.deepcopy(learner.optimizer_state())
+    learner.train_step(0.0)
+    state = copy.deepcopy(learner.state_dict())
     fresh = Learner(SPEC, obs_dim=4, action_dim=1, params=PARAMS, seed=1)
-    fresh.load_optimizer_state(state)
+    fresh.load_state_dict(state)
     torch.testing.assert_close(
         fresh.optimizer.state[fresh.flat.values]["exp_avg"],
         learner.optimizer.state[learner.flat.values]["exp_avg"],
@@ -134,7 +134,7 @@ def test_learner_optimizer_state_round_trips_and_a_foreign_one_is_refused():
     # The per-tensor layout of another network (here: 3 parameter tensors) does not fit.
     per_tensor = torch.optim.Adam(_model().parameters()).state_dict()
     with pytest.raises(CheckpointError, match="optimiser state does not fit"):
-        fresh.load_optimizer_state(per_tensor)
+        fresh.load_state_dict({**state, "optimizer": per_tensor})
 
 
 def test_a_per_tensor_optimizer_state_is_flattened_on_load():
@@ -147,7 +147,8 @@ def test_a_per_tensor_optimizer_state_is_flattened_on_load():
         loss = sum((p * (step + 1)).square().sum() for p in parameters)
         loss.backward()
         per_tensor.step()
-    learner.load_optimizer_state(per_tensor.state_dict())
+    networks = learner.network_state()
+    learner.load_state_dict({**networks, "optimizer": per_tensor.state_dict()})
     loaded = learner.optimizer.state[learner.flat.values]
     for key in ("exp_avg", "exp_avg_sq"):
         expected = torch.cat([per_tensor.state[p][key].reshape(-1) for p in parameters])
@@ -158,4 +159,4 @@ def test_a_per_tensor_optimizer_state_is_flattened_on_load():
     wrong_shapes = per_tensor.state_dict()
     wrong_shapes["state"][0]["exp_avg"] = torch.zeros(7)
     with pytest.raises(CheckpointError, match="shape"):
-        learner.load_optimizer_state(wrong_shapes)
+        learner.load_state_dict({**networks, "optimizer": wrong_shapes})

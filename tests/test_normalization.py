@@ -78,3 +78,54 @@ def test_rms_state_dict_round_trip():
     np.testing.assert_array_equal(back.mean, state.mean)
     assert back.count == 4.0
 
+
+def test_reward_scaler_return_restarts_after_the_step_that_ends_an_episode():
+    from drlcli.normalization import RewardScaler
+
+    scaler = RewardScaler(num_envs=1, gamma=0.5)
+    returns = []
+    for reward, done in [(1.0, False), (2.0, True), (4.0, False)]:
+        scaler.update(np.array([reward]), np.array([done]))
+        returns.append(scaler.moments.mean[0] * scaler.moments.count)  # running sum of G
+    # G: 1, then 0.5 * 1 + 2 = 2.5 on the terminal step (the whole episode), then 4 (fresh).
+    np.testing.assert_allclose(np.diff([0.0, *returns]), [1.0, 2.5, 4.0])
+    assert scaler.abs_max == 4.0
+    np.testing.assert_allclose(scaler.divisor(), np.sqrt(np.var([1.0, 2.5, 4.0]) + 1e-8))
+
+
+def test_reward_scaler_divisor_keeps_returns_within_return_max_and_round_trips():
+    from drlcli.normalization import RewardScaler
+
+    scaler = RewardScaler(num_envs=2, gamma=0.5, return_max=5.0)
+    assert scaler.divisor() == 1.0 and scaler.state_dict() is None
+    for _ in range(20):
+        scaler.update(np.array([100.0, 1.0]), np.zeros(2, bool))
+    # G of env 0 tends to 200: max|G| / divisor stays within 5 (here the std is larger).
+    assert scaler.abs_max / scaler.divisor() <= 5.0
+    tight = RewardScaler(num_envs=2, gamma=0.5, return_max=0.5)
+    tight.load_state_dict(scaler.state_dict())
+    assert tight.divisor() == scaler.abs_max / 0.5  # the max|G| term decides
+    restored = RewardScaler(2, 0.5, 5.0)
+    restored.load_state_dict(scaler.state_dict())
+    assert restored.divisor() == scaler.divisor()
+    unbounded = RewardScaler(2, 0.5)  # PPO: the return's std alone
+    unbounded.load_state_dict(scaler.state_dict())
+    assert unbounded.divisor() == pytest.approx(np.sqrt(scaler.moments.var[0] + 1e-8))
+
+
+def test_reward_scaler_loads_the_scalar_moments_of_older_checkpoints():
+    from drlcli.normalization import RewardScaler, reward_scaler_state_problem
+
+    old_flash_sac = {
+        "discounted_return": [1.0, 2.0],
+        "abs_max": 3.0,
+        "count": 4.0,
+        "mean": 1.5,
+        "var": 0.25,
+    }
+    assert reward_scaler_state_problem(old_flash_sac) is None
+    scaler = RewardScaler(2, 0.9, return_max=1.0)
+    scaler.load_state_dict(old_flash_sac)
+    assert scaler.divisor() == 3.0  # max(sqrt(0.25), 3 / 1)
+    assert reward_scaler_state_problem({"mean": [0.0, 1.0], "var": [1.0], "count": 2}) is not None
+    assert reward_scaler_state_problem({"mean": [0.0], "var": [-1.0], "count": 2}) is not None

@@ -184,7 +184,7 @@ def test_play_command_errors(checkpoint_file, tmp_path):
     both = runner.invoke(app, ["play", str(checkpoint_file()), "--render", "--video", "x.mp4"])
     assert both.exit_code == 2 and "choose one of --render and --video" in both.output
     wrong_env = runner.invoke(app, ["play", str(checkpoint_file()), "--env", "Hopper-v5"])
-    assert wrong_env.exit_code == 1 and "does not match the checkpoint" in wrong_env.output
+    assert wrong_env.exit_code == 1 and "does not fit environment Hopper-v5" in wrong_env.output
 
 
 def test_real_time_pacer_spaces_frames_by_the_env_step():

@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 import torch
 
+from drlcli.algos.ppo.algorithm import gaussian_actor_spec
 from drlcli.algos.ppo.buffer import ReplayBuffer
-from drlcli.algos.ppo.learner import Learner, gaussian_actor_spec
-from drlcli.algos.ppo.rollout_actor import MuJoCoActor, RewardScaler
-from drlcli.config import EnvConfig, PPOParams
+from drlcli.algos.ppo.learner import Learner
+from drlcli.algos.ppo.params import PPOParams
+from drlcli.algos.ppo.rollout_actor import MuJoCoActor
+from drlcli.config import EnvConfig
 from drlcli.envs import EnvBatch
 from drlcli.errors import TrainingError
 from drlcli.normalization import RmsState, normalize_observation
@@ -34,7 +36,7 @@ def learner():
 
 
 def test_sample_returns_columnar_trajectory_and_stats(rollout_actor, learner):
-    trajectory, stats = rollout_actor.sample(learner.state_dict(), 50, 0.99, 0.95, None)
+    trajectory, stats = rollout_actor.sample(learner.network_state(), 50, 0.99, 0.95, None)
     assert set(trajectory) == {"obs", "act", "logp", "value", "adv", "ret"}
     assert trajectory["obs"].shape == (100, 4) and trajectory["act"].shape == (100, 1)
     for key in ("logp", "value", "adv", "ret"):
@@ -50,12 +52,12 @@ def test_sample_returns_columnar_trajectory_and_stats(rollout_actor, learner):
 
 def test_stored_log_prob_gives_ratio_exactly_one(rollout_actor, learner):
     # Push the mean out of the action bounds so many samples get clipped for env.step.
-    state = learner.state_dict()
+    state = learner.network_state()
     state["actor"]["mean_network.4.bias"] = torch.tensor([2.9])
     state["actor"]["log_std"] = torch.tensor([0.5])
     trajectory, _ = rollout_actor.sample(state, 50, 0.99, 0.95, None)
     assert (np.abs(trajectory["act"]) > 3.0).any(), "expected out-of-bounds policy actions"
-    learner.load_state_dict(state)
+    learner.load_network_state(state)
     with torch.no_grad():
         logp, _ = learner.actor.log_prob_and_entropy(
             torch.from_numpy(trajectory["obs"]), torch.from_numpy(trajectory["act"])
@@ -68,7 +70,9 @@ def test_one_obs_rms_state_for_the_whole_rollout_and_incremental_moments(rollout
     state = RmsState(
         mean=np.array([0.1, -0.2, 0.3, 0.0]), var=np.array([4.0, 1.0, 0.25, 9.0]), count=1e6
     )
-    trajectory, stats = rollout_actor.sample(learner.state_dict(), 40, 0.99, 0.95, state.to_dict())
+    trajectory, stats = rollout_actor.sample(
+        learner.network_state(), 40, 0.99, 0.95, state.to_dict()
+    )
     moments = RmsState.from_dict(stats["obs_rms_moments"])
     # Only this round's 80 raw observations, not the 1e6 of history.
     assert moments.count == 80.0
@@ -85,7 +89,7 @@ def test_truncation_bootstraps_from_the_final_observation_not_the_reset_one():
     params = dataclasses.replace(PARAMS, normalize_rewards=False)
     actor = MuJoCoActor(0, short, SPEC, params, 0.9)
     learner = Learner(SPEC, 4, 1, PARAMS, seed=0)
-    state = learner.state_dict()
+    state = learner.network_state()
     # A value network that depends strongly on the observation: V(final) != V(reset).
     state["value"]["network.4.weight"] = torch.full((1, 16), 50.0)
     trajectory, stats = actor.sample(state, 5, 0.9, 1.0, None)
@@ -97,7 +101,7 @@ def test_truncation_bootstraps_from_the_final_observation_not_the_reset_one():
         step = replay.step(action[None].astype(np.float64))
     replay.close()
     assert step.truncated[0]
-    learner.load_state_dict(state)
+    learner.load_network_state(state)
 
     def value(observation):
         with torch.no_grad():
@@ -121,24 +125,26 @@ def test_buffer_rejects_bad_trajectories():
 
 
 def test_train_step_reports_buffer_size_before_clearing(rollout_actor, learner):
-    first, _ = rollout_actor.sample(learner.state_dict(), 32, 0.99, 0.95, None)
-    second, _ = rollout_actor.sample(learner.state_dict(), 32, 0.99, 0.95, None)
+    first, _ = rollout_actor.sample(learner.network_state(), 32, 0.99, 0.95, None)
+    second, _ = rollout_actor.sample(learner.network_state(), 32, 0.99, 0.95, None)
     assert learner.add(first, second) == 128
-    state, metrics = learner.train_step(learning_rate=1e-3)
+    state, metrics = learner.train_step(fraction_done=0.75)
     assert metrics["buffer_size"] == 128.0
     assert len(learner.buffer) == 0
     assert metrics["epochs"] == 2.0
     assert set(state) == {"actor", "value"}
     for name in ("Loss/policy", "Loss/value", "Loss/entropy", "approx_kl", "clip_fraction"):
         assert np.isfinite(metrics[name])
-    assert learner.optimizer.param_groups[0]["lr"] == 1e-3
+    # Linear annealing: a round that starts 3/4 into the run steps with 1/4 of the rate.
+    assert metrics["learning_rate"] == pytest.approx(PARAMS.learning_rate / 4)
+    assert learner.optimizer.param_groups[0]["lr"] == metrics["learning_rate"]
 
 
 def test_train_step_changes_parameters(rollout_actor, learner):
-    before = learner.state_dict()
+    before = learner.network_state()
     trajectory, _ = rollout_actor.sample(before, 32, 0.99, 0.95, None)
     learner.add(trajectory)
-    after, _ = learner.train_step(3e-4)
+    after, _ = learner.train_step(0.0)
     assert not torch.equal(
         before["actor"]["mean_network.0.weight"], after["actor"]["mean_network.0.weight"]
     )
@@ -153,17 +159,17 @@ def test_kl_early_stop_ends_the_round_once_kl_exceeds_the_target(
     # a target that is never exceeded, or none, runs every epoch.
     params = dataclasses.replace(PARAMS, num_epochs=5, target_kl=target_kl)
     learner = Learner(SPEC, 4, 1, params, seed=0)
-    trajectory, _ = rollout_actor.sample(learner.state_dict(), 32, 0.99, 0.95, None)
+    trajectory, _ = rollout_actor.sample(learner.network_state(), 32, 0.99, 0.95, None)
     learner.add(trajectory)
-    _, metrics = learner.train_step(1e-2)
+    _, metrics = learner.train_step(0.0)
     assert metrics["epochs"] == expected_epochs
 
 
 def test_gradient_clipping_bounds_the_applied_gradient(rollout_actor):
     clipped = Learner(SPEC, 4, 1, dataclasses.replace(PARAMS, max_grad_norm=1e-3), seed=0)
-    trajectory, _ = rollout_actor.sample(clipped.state_dict(), 32, 0.99, 0.95, None)
+    trajectory, _ = rollout_actor.sample(clipped.network_state(), 32, 0.99, 0.95, None)
     clipped.add(trajectory)
-    _, metrics = clipped.train_step(1e-3)
+    _, metrics = clipped.train_step(0.0)
     # The last minibatch's gradients are still on the parameters: clipped to the bound,
     # while the reported (pre-clip) norm is far above it.
     parameters = [*clipped.actor.parameters(), *clipped.value_network.parameters()]
@@ -173,31 +179,8 @@ def test_gradient_clipping_bounds_the_applied_gradient(rollout_actor):
 
 
 def test_non_finite_data_fails_with_a_training_error(rollout_actor, learner):
-    trajectory, _ = rollout_actor.sample(learner.state_dict(), 16, 0.99, 0.95, None)
+    trajectory, _ = rollout_actor.sample(learner.network_state(), 16, 0.99, 0.95, None)
     trajectory["adv"][:] = np.nan
     learner.add(trajectory)
     with pytest.raises(TrainingError, match="non-finite"):
-        learner.train_step(3e-4)
-
-
-def test_reward_scaler_divides_by_the_return_std_and_its_state_round_trips():
-    scaler = RewardScaler(num_envs=2, gamma=0.9, clip=10.0)
-    rng = np.random.default_rng(0)
-    for _ in range(50):
-        scaler(rng.normal(5.0, 2.0, size=2), np.array([False, False]))
-    rewards = np.array([1.0, -1.0])
-    scaled = scaler(rewards, np.array([True, True]))  # done: discounted returns restart
-    np.testing.assert_allclose(np.abs(scaled), 1.0 / np.sqrt(scaler.moments.var[0] + 1e-8))
-    tight = RewardScaler(num_envs=2, gamma=0.9, clip=0.1)
-    for _ in range(3):
-        assert np.abs(tight(np.array([5.0, -5.0]), np.array([False, False]))).max() == 0.1
-
-    restored = RewardScaler(num_envs=2, gamma=0.9, clip=10.0)
-    restored.restore(scaler.state())
-    assert restored.moments.count == scaler.moments.count
-    np.testing.assert_array_equal(restored.moments.var, scaler.moments.var)
-    scaler.discounted_return[:] = 0.0  # a resumed run starts new episodes
-    np.testing.assert_array_equal(
-        restored(rewards, np.zeros(2, bool)), scaler(rewards, np.zeros(2, bool))
-    )
-    assert RewardScaler(2, 0.9, 10.0).state() is None
+        learner.train_step(0.0)

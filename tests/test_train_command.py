@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from drlcli.checkpoint import load_checkpoint
+from drlcli.checkpoint import load_payload
 from drlcli.config import load_config
 from drlcli.metrics import read_metrics
 
@@ -109,7 +109,7 @@ def test_ctrl_c_stops_cleanly_and_keeps_the_last_checkpoint(tiny_config):
     assert "stopping after this round" in stdout
     assert "interrupted" in stderr
     assert "Traceback" not in stderr
-    payload = load_checkpoint(config.checkpoint_path)
+    payload = load_payload(config.checkpoint_path)
     rows = read_metrics(config.metrics_path)
     # The round in progress finished: its metrics row and its checkpoint agree.
     assert payload["progress"]["round"] == len(rows)

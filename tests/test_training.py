@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from drlcli.audit import audit_checkpoint
-from drlcli.checkpoint import load_checkpoint, validate_actor_semantics
+from drlcli.checkpoint import load_payload, validate_actor_semantics
 from drlcli.config import load_config
 from drlcli.errors import SemanticsError, UsageError
 from drlcli.metrics import TIME_COLUMNS, read_metrics
@@ -32,7 +32,7 @@ def test_two_round_smoke_training_writes_metrics_and_both_checkpoints(tiny_confi
     assert list(rows[0]) == PPO_COLUMNS
     assert rows[1]["buffer_size"] == "128"
     for path in (config.checkpoint_path, config.best_checkpoint_path):
-        payload = load_checkpoint(path)
+        payload = load_payload(path)
         validate_actor_semantics(payload["actor_semantics"])
         assert payload["algo"] == "ppo"
         assert payload["progress"]["env_steps"] in (128, 256)
@@ -65,7 +65,7 @@ def test_resume_continues_the_counters_and_appends_metrics(tiny_config):
     assert [row["round"] for row in rows] == ["1", "2", "3", "4"]
     assert [row["env_steps"] for row in rows] == ["128", "256", "384", "512"]
     # The reward scaler's statistics continued (64 steps x 2 envs per round), not restarted.
-    scalers = load_checkpoint(config.checkpoint_path)["learner_states"][0]["reward_scalers"]
+    scalers = load_payload(config.checkpoint_path)["learner_states"][0]["reward_scalers"]
     assert [s["count"] for s in scalers] == [512.0]
     with pytest.raises(UsageError, match="raise total_env_steps"):
         run(longer, resume=config.checkpoint_path)
@@ -76,10 +76,10 @@ def test_resume_with_more_rollout_actors_starts_them_from_the_merged_reward_stat
 ):
     config = load_config(tiny_config("grown"))
     run(tiny_config("grown"))
-    before = load_checkpoint(config.checkpoint_path)["learner_states"][0]["reward_scalers"]
+    before = load_payload(config.checkpoint_path)["learner_states"][0]["reward_scalers"]
     assert [s["count"] for s in before] == [256.0]
     run(tiny_config("grown", total=512, extra="num_actors: 2\n"), resume=config.checkpoint_path)
-    after = load_checkpoint(config.checkpoint_path)["learner_states"][0]["reward_scalers"]
+    after = load_payload(config.checkpoint_path)["learner_states"][0]["reward_scalers"]
     assert [s["count"] for s in after] == [384.0, 384.0]  # 256 merged + 128 of one round each
     # Rounds left are counted in env steps: one round of the new size (256) reaches 512.
     rows = read_metrics(config.metrics_path)
@@ -111,7 +111,7 @@ def test_learners_sample_with_own_parameters_between_syncs_and_average_on_sync(t
     topology = topology_for_config(config, NO_GPU)
     assert (topology.num_learners, topology.num_actors) == (2, 4)
     from drlcli.actors.spec import ActorSpec  # noqa: F401  (spec built as train() does)
-    from drlcli.algos.ppo.learner import gaussian_actor_spec
+    from drlcli.algos.ppo.algorithm import gaussian_actor_spec
     from drlcli.envs import env_facts, make_env
 
     facts = env_facts(make_env(config.env.id))
@@ -121,7 +121,7 @@ def test_learners_sample_with_own_parameters_between_syncs_and_average_on_sync(t
         _, metrics = loop.run_round(0, fraction_done=0.0)  # not a sync round
         assert metrics["buffer_size"] == 4 * 128  # summed over both learners
         trained = ray.get(loop.last_trained_refs)
-        held = [ray.get(learner.state_dict.remote()) for learner in loop.learners]
+        held = [ray.get(learner.network_state.remote()) for learner in loop.learners]
         weight = "mean_network.0.weight"
         assert not torch.equal(held[0]["actor"][weight], held[1]["actor"][weight])
         for learner_index in range(2):
@@ -139,7 +139,7 @@ def test_learners_sample_with_own_parameters_between_syncs_and_average_on_sync(t
             for part, tensors in trained[0].items()
         }
         for learner in loop.learners:
-            state = ray.get(learner.state_dict.remote())
+            state = ray.get(learner.network_state.remote())
             for part in ("actor", "value"):
                 for name, tensor in state[part].items():
                     torch.testing.assert_close(tensor, expected[part][name], rtol=0, atol=1e-7)

@@ -90,7 +90,7 @@ def _no_semantics(payload):
         (_set_semantics(schema_version=7), "actor_semantics schema", "schema_version 7"),
         (_set_semantics(builder="not a builder"), "builder", "not of the form"),
         (_set_semantics(kind="custom"), "builder", "kind is 'custom' but builder"),
-        (_set_semantics(obs_dim=5), "dimensions", "observation_shape [4] != [obs_dim] = [5]"),
+        (_set_semantics(obs_dim=5), "dimensions", "obs_dim: checkpoint 5 != env 4"),
         (_wrong_weight_shape, "dimensions", "mean_network.0.weight (8, 5) != (8, 4)"),
         (_set_semantics(action_dim=2), "action bounds", "bounds have lengths 1/1, action_dim 2"),
         (_inverted_bounds, "action bounds", "action_low >= action_high at dimensions [0]"),
@@ -102,7 +102,7 @@ def _no_semantics(payload):
         (_negative_round, "progress counters", "progress.round must be a non-negative"),
         (_no_optimizer, "resume state", "learner_states[0] lacks optimizer"),
         (_env_kwargs_not_a_mapping, "format and fields", "env.kwargs: expected a mapping"),
-        (_bad_reward_moments, "resume state", "reward_scalers has an entry with the wrong shape"),
+        (_bad_reward_moments, "resume state", "reward_scalers[0] has the wrong shape"),
     ],
 )
 def test_each_defect_fails_its_check_with_the_reason(checkpoint_file, modify, check, reason):

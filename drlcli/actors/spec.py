@@ -28,13 +28,6 @@ SEMANTICS_FIELDS = (
     "action_dim",
     "action_transform",
 )
-# drl's own builders: the only ones imported without the user's consent.
-BUILTIN_BUILDERS = frozenset(
-    {
-        "drlcli.actors.gaussian:build_gaussian_actor",
-        "drlcli.algos.flash_sac.actor:build_flash_sac_actor",
-    }
-)
 BUILDER_PATTERN = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
 
 
@@ -59,8 +52,11 @@ class ActorSpec:
 
     @property
     def kind(self) -> str:
-        """``builtin`` for drl's registered builders, ``custom`` for everything else."""
-        return "builtin" if self.builder in BUILTIN_BUILDERS else "custom"
+        """``builtin`` for the builders of registered algorithms, ``custom`` for the rest."""
+        # Imported here: the registry's algorithm entries build ActorSpecs themselves.
+        from drlcli.algos.registry import actor_kind
+
+        return actor_kind(self.builder)
 
     @property
     def module(self) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from drlcli.atomic import atomic_output
+from drlcli.checkpoint import Checkpoint
 from drlcli.config import Config
 from drlcli.errors import CheckpointError
 from drlcli.metrics import average_metrics
@@ -29,12 +30,13 @@ class FlashSACRoundLoop:
         topology: TrainingTopology,
         spec: Any,
         facts: Any,
-        stored: dict[str, Any] | None = None,
+        stored: Checkpoint | None = None,
     ) -> None:
         import ray
 
-        from drlcli.algos.flash_sac.collector import EnvStepper, FlashSACWorker
+        from drlcli.algos.flash_sac.collector import EnvStepper
         from drlcli.runtime.parameter_server import ParameterServer
+        from drlcli.runtime.workers import FlashSACLearnerWorker
 
         self.config, self.topology = config, topology
         params = config.algo_params
@@ -52,18 +54,18 @@ class FlashSACRoundLoop:
         for learner_index in range(topology.num_learners):
             own = [self.steppers[index] for index in topology.actors_of_learner(learner_index)]
             self.workers.append(
-                ray.remote(FlashSACWorker)
+                ray.remote(FlashSACLearnerWorker)
                 .options(**resources.learner)
                 .remote(
                     spec,
                     own,
+                    config.env.num_envs,
                     facts.obs_dim,
                     facts.action_dim,
                     facts.action_low.tolist(),
                     facts.action_high.tolist(),
                     params,
                     config.gamma,
-                    config.env.num_envs,
                     total_updates,
                     topology.learner_device,
                     config.env.seed + learner_index,
@@ -71,9 +73,9 @@ class FlashSACRoundLoop:
                 )
             )
         if stored is not None:
-            states = stored["learner_states"]
+            states = stored.learner_states
             states = [states[i % len(states)] for i in range(len(self.workers))]
-            _get([w.restore.remote(s) for w, s in zip(self.workers, states, strict=True)])
+            _get([w.load_state_dict.remote(s) for w, s in zip(self.workers, states, strict=True)])
         else:
             initial = self.workers[0].network_state.remote()
             _get([worker.load_network_state.remote(initial) for worker in self.workers[1:]])
@@ -96,7 +98,7 @@ class FlashSACRoundLoop:
 
     def checkpoint_parts(self) -> tuple[None, list[dict[str, Any]]]:
         """No observation statistics (the input BatchNorm normalises); every learner's state."""
-        return None, _get([worker.checkpoint_state.remote() for worker in self.workers])
+        return None, _get([worker.state_dict.remote() for worker in self.workers])
 
     def save_replay(self, path: Path) -> None:
         """Every learner's replay buffer as one ``.npz`` of plain arrays, written atomically."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from drlcli.checkpoint import Checkpoint
 from drlcli.config import Config
 from drlcli.metrics import average_metrics
 from drlcli.normalization import RmsState, merge_rms_states
@@ -26,21 +27,21 @@ class PPORoundLoop:
         topology: TrainingTopology,
         spec: Any,
         facts: Any,
-        stored: dict[str, Any] | None = None,
+        stored: Checkpoint | None = None,
     ) -> None:
         import ray
 
         from drlcli.algos.ppo.rollout_actor import MuJoCoActor
         from drlcli.runtime.parameter_server import ParameterServer, average_state_dicts
-        from drlcli.runtime.workers import LearnerWorker
+        from drlcli.runtime.workers import PPOLearnerWorker
 
         self.config, self.topology = config, topology
         params = config.algo_params
         resources = process_resources(topology)
-        stored_rms = None if stored is None else stored.get("obs_rms_state")
+        stored_rms = None if stored is None else stored.obs_rms_state
         self.parameter_server = ray.remote(ParameterServer).options(num_cpus=0).remote(stored_rms)
         self.learners = [
-            ray.remote(LearnerWorker)
+            ray.remote(PPOLearnerWorker)
             .options(**resources.learner)
             .remote(
                 spec,
@@ -61,17 +62,17 @@ class PPORoundLoop:
         # Each rollout actor's reward-scaler moments as of its last round (for checkpoints).
         self.reward_moments: list[dict[str, Any] | None] = [None] * topology.num_actors
         if stored is not None:
-            states = stored["learner_states"]
+            states = stored.learner_states
             self._restore_reward_scalers(states)
             if len(states) != len(self.learners):  # another device count: start from the mean
                 networks = [{part: s[part] for part in ("actor", "value")} for s in states]
                 states = [{**average_state_dicts(networks), "optimizer": states[0]["optimizer"]}]
                 states *= len(self.learners)
-            _get([w.restore.remote(s) for w, s in zip(self.learners, states, strict=True)])
+            _get([w.load_state_dict.remote(s) for w, s in zip(self.learners, states, strict=True)])
         else:  # identical seeds already give identical learners; broadcasting makes it explicit
-            initial = self.learners[0].state_dict.remote()
-            _get([learner.load_state_dict.remote(initial) for learner in self.learners[1:]])
-        self.parameter_refs = [learner.state_dict.remote() for learner in self.learners]
+            initial = self.learners[0].network_state.remote()
+            _get([learner.load_network_state.remote(initial) for learner in self.learners[1:]])
+        self.parameter_refs = [learner.network_state.remote() for learner in self.learners]
         self.obs_rms_ref = self.parameter_server.get_obs_rms.remote()
         self.last_trained_refs: list[Any] = []
 
@@ -81,7 +82,7 @@ class PPORoundLoop:
         ``fraction_done``: env steps trained before this round over the run's total (the
         learning-rate schedule).
         """
-        config, topology, params = self.config, self.topology, self.config.algo_params
+        config, topology = self.config, self.topology
         obs_rms_ref = self.obs_rms_ref
         trajectory_refs, stats_refs = [], []
         for actor_index, actor in enumerate(self.rollout_actors):
@@ -102,14 +103,11 @@ class PPORoundLoop:
         # The merged state is next round's input: keep its reference, saving a Ray round trip.
         self.obs_rms_ref = self.parameter_server.update_obs_rms.remote(increment.to_dict())
 
-        learning_rate = params.learning_rate * (
-            1.0 - fraction_done if params.anneal_learning_rate else 1.0
-        )
         state_refs, metric_refs = [], []
         for learner_index, learner in enumerate(self.learners):
             own = [trajectory_refs[a] for a in self.topology.actors_of_learner(learner_index)]
             state_ref, metric_ref = learner.train_round.options(num_returns=2).remote(
-                learning_rate, *own
+                fraction_done, *own
             )
             state_refs.append(state_ref)
             metric_refs.append(metric_ref)
@@ -117,7 +115,7 @@ class PPORoundLoop:
         self.last_trained_refs = state_refs
         if len(self.learners) > 1 and (round_index + 1) % config.param_sync_interval == 0:
             averaged = self.parameter_server.average_parameters.remote(*state_refs)
-            _get([learner.load_state_dict.remote(averaged) for learner in self.learners])
+            _get([learner.load_network_state.remote(averaged) for learner in self.learners])
             self.parameter_refs = [averaged] * len(self.learners)
         else:
             self.parameter_refs = state_refs
@@ -127,7 +125,7 @@ class PPORoundLoop:
         """The global observation statistics and every learner's resumable state, which
         includes the reward-scaler moments of its rollout actors (``reward_scalers``)."""
         obs_rms = self.parameter_server.get_obs_rms.remote()
-        states = _get([learner.checkpoint_state.remote() for learner in self.learners])
+        states = _get([learner.state_dict.remote() for learner in self.learners])
         for learner_index, state in enumerate(states):
             owned = self.topology.actors_of_learner(learner_index)
             state["reward_scalers"] = [self.reward_moments[a] for a in owned]
@@ -153,8 +151,12 @@ class PPORoundLoop:
         else:
             moments = [RmsState.from_dict(m) for per in stored for m in per if m is not None]
             merged = merge_rms_states(moments)
+            abs_max = max(
+                (float(m.get("abs_max", 0.0)) for per in stored for m in per if m), default=0.0
+            )
             assignment = dict.fromkeys(
-                range(self.topology.num_actors), None if merged is None else merged.to_dict()
+                range(self.topology.num_actors),
+                None if merged is None else {**merged.to_dict(), "abs_max": abs_max},
             )
         _get(
             [

@@ -23,22 +23,24 @@ import numpy as np
 import torch
 from rich.console import Console
 
-from drlcli import __version__
-from drlcli.actors.spec import ActorSpec, actor_semantics, build_policy_actor
-from drlcli.algos.flash_sac.learner import flash_sac_actor_spec, resolve_cuda_graph
-from drlcli.algos.ppo.learner import gaussian_actor_spec
+from drlcli.actors.spec import actor_semantics, build_policy_actor
+from drlcli.algos.algorithm import Algorithm, ReplaySaving
+from drlcli.algos.registry import ALGORITHMS, get_algorithm
 from drlcli.checkpoint import (
-    FORMAT_NAME,
-    FORMAT_VERSION,
-    load_checkpoint,
-    save_checkpoint,
+    Checkpoint,
+    EnvRecord,
+    RunProgress,
+    check_fits,
+    read_checkpoint,
     validate_actor_semantics,
     validate_learner_states,
+    write_checkpoint,
 )
 from drlcli.config import Config
-from drlcli.envs import env_facts, make_env
+from drlcli.envs import EnvFacts, env_facts, make_env
 from drlcli.errors import CheckpointError, UsageError
 from drlcli.metrics import MetricsWriter, metric_columns
+from drlcli.normalization import DEFAULT_OBSERVATION_CLIP
 from drlcli.runtime.progress import TrainingProgress
 from drlcli.runtime.ray_session import ray_session
 from drlcli.topology import AvailableDevices, TrainingTopology, detect_available_devices
@@ -55,16 +57,6 @@ class TrainingSummary:
     checkpoint_path: Path
     best_checkpoint_path: Path | None  # None: not written (no finished episode beat the best)
     metrics_path: Path
-
-
-@dataclass
-class RunProgress:
-    """The counters a checkpoint stores and resume continues from."""
-
-    round: int = 0
-    env_steps: int = 0
-    wall_time_s: float = 0.0
-    best_return: float | None = None
 
 
 def train(
@@ -88,6 +80,7 @@ def train(
         devices: override hardware detection (tests).
     """
     console = console or Console()
+    algorithm = get_algorithm(config.algo)
     # Counts are checked before anything starts; the hardware may still change the learner
     # count once a cluster is joined.
     topology = resolve_for(config, devices or detect_available_devices())
@@ -96,24 +89,24 @@ def train(
     )
     facts = env_facts(env)
     env.close()
-    spec = actor_spec_for(config, facts)
+    spec = algorithm.actor_spec(config.algo_params, facts.action_low, facts.action_high)
     # Build the policy actor once here: a broken custom actor fails before anything starts, and
     # its action transform and aux-loss names are known for the semantics and the CSV header.
     probe = build_policy_actor(spec, facts.obs_dim, facts.action_dim)
     semantics = actor_semantics(spec, facts.obs_dim, facts.action_dim, probe.action_transform_id)
     aux_names = _aux_loss_names(probe, facts.obs_dim)
     del probe
-    if config.algo == "flash_sac":  # ADR-0017's CUDA-graph rules, before any worker starts
-        resolve_cuda_graph(config.algo_params, spec, torch.device(topology.learner_device))
-    stored = None if resume is None else _load_for_resume(Path(resume), config, semantics)
-    replay_file = _replay_file(config, resume, resume_replay)
+    # Rules that need the learner device (a CUDA graph, say), before any worker starts.
+    algorithm.check_learner_device(config.algo_params, spec, topology.learner_device)
+    stored = None if resume is None else _load_for_resume(Path(resume), config, semantics, facts)
+    replay_file = _replay_file(algorithm, config, resume, resume_replay)
 
     num_cpus = max(os.cpu_count() or 1, topology.num_actors + topology.num_learners)
     with ray_session(address, num_cpus=num_cpus):
         if address and devices is None:
             topology = resolve_for(config, _cluster_devices())
         steps_per_round = topology.num_actors * config.env.num_envs * config.rollout_length
-        progress = _stored_progress(stored, resume) if stored is not None else RunProgress()
+        progress = dataclasses.replace(stored.progress) if stored is not None else RunProgress()
         # Counted in env steps, so a resume may change the round size (more rollout actors).
         rounds_left = math.ceil((config.total_env_steps - progress.env_steps) / steps_per_round)
         total_rounds = progress.round + rounds_left
@@ -122,10 +115,11 @@ def train(
                 f"{resume}: already trained {progress.env_steps} of total_env_steps="
                 f"{config.total_env_steps}; raise total_env_steps in the config to continue"
             )
-        columns = metric_columns(config.algo, aux_names)
+        columns = metric_columns(algorithm, aux_names)
         writer = MetricsWriter(config.metrics_path, columns, append=stored is not None)
         try:
             return _run(
+                algorithm,
                 config,
                 topology,
                 spec,
@@ -144,13 +138,6 @@ def train(
             writer.close()
 
 
-def actor_spec_for(config: Config, facts: Any) -> ActorSpec:
-    """The policy actor of a run: the algorithm's built-in one, or FlashSAC's actor_config."""
-    if config.algo == "flash_sac":
-        return flash_sac_actor_spec(config.algo_params, facts.action_low, facts.action_high)
-    return gaussian_actor_spec(config.algo_params, facts.action_low, facts.action_high)
-
-
 def _aux_loss_names(actor: Any, obs_dim: int) -> list[str]:
     """The actor's auxiliary-loss names, from one training-mode forward on a copy."""
     import copy
@@ -164,23 +151,16 @@ def _aux_loss_names(actor: Any, obs_dim: int) -> list[str]:
     return sorted(info.get("aux_losses") or {})
 
 
-def _stored_progress(stored: dict[str, Any], resume: Any) -> RunProgress:
-    counters = stored.get("progress")
-    try:
-        return RunProgress(**{f.name: counters[f.name] for f in dataclasses.fields(RunProgress)})
-    except (KeyError, TypeError) as error:
-        raise CheckpointError(
-            f"{resume}: checkpoint progress counters are malformed ({error})"
-        ) from None
-
-
-def _replay_file(config: Config, resume: str | Path | None, resume_replay: bool) -> Path | None:
+def _replay_file(
+    algorithm: Algorithm, config: Config, resume: str | Path | None, resume_replay: bool
+) -> Path | None:
     if not resume_replay:
         return None
     if resume is None:
         raise UsageError("--resume-replay needs --resume CKPT")
-    if config.algo != "flash_sac":
-        raise UsageError(f"--resume-replay applies to flash_sac; this config trains {config.algo}")
+    if algorithm.replay_saving is None:
+        able = ", ".join(a.name for a in ALGORITHMS.values() if a.replay_saving is not None)
+        raise UsageError(f"--resume-replay applies to {able}; this config trains {config.algo}")
     path = replay_path(Path(resume))
     if not path.is_file():
         raise CheckpointError(
@@ -202,26 +182,15 @@ def _cluster_devices() -> AvailableDevices:
     return AvailableDevices(cuda_devices=int(ray.cluster_resources().get("GPU", 0)), mps=False)
 
 
-def _load_for_resume(path: Path, config: Config, semantics: dict[str, Any]) -> dict[str, Any]:
-    payload = load_checkpoint(path)
-    validate_actor_semantics(payload.get("actor_semantics"), semantics, source=str(path))
-    if payload.get("algo") != config.algo:
-        raise CheckpointError(
-            f"{path}: checkpoint of algo {payload.get('algo')!r}, config trains {config.algo!r}"
-        )
-    stored_env = payload.get("env", {}).get("id")
-    if stored_env != config.env.id:
-        raise CheckpointError(
-            f"{path}: checkpoint trained {stored_env!r}, config has {config.env.id!r}"
-        )
-    stored_kwargs = payload.get("env", {}).get("kwargs", {})
-    if stored_kwargs != config.env.kwargs:
-        raise CheckpointError(
-            f"{path}: checkpoint trained {stored_env} with env.kwargs {stored_kwargs}, the config "
-            f"has {config.env.kwargs}; the task would change under the policy"
-        )
-    validate_learner_states(payload.get("learner_states"), config.algo, source=str(path))
-    return payload
+def _load_for_resume(
+    path: Path, config: Config, semantics: dict[str, Any], facts: EnvFacts
+) -> Checkpoint:
+    """The checkpoint to resume from, refused before anything starts unless it fits."""
+    checkpoint = read_checkpoint(path)
+    validate_actor_semantics(checkpoint.actor_semantics, semantics, source=str(path))
+    check_fits(checkpoint, facts, str(path), config=config)
+    validate_learner_states(checkpoint.learner_states, checkpoint.algorithm, source=str(path))
+    return checkpoint
 
 
 class StopRequest:
@@ -251,12 +220,13 @@ class StopRequest:
 
 
 def _run(
+    algorithm: Algorithm,
     config: Config,
     topology: TrainingTopology,
     spec: Any,
     semantics: dict[str, Any],
     facts: Any,
-    stored: dict[str, Any] | None,
+    stored: Checkpoint | None,
     replay_file: Path | None,
     progress: RunProgress,
     total_rounds: int,
@@ -265,11 +235,12 @@ def _run(
     quiet: bool,
     console: Console,
 ) -> TrainingSummary:
-    from drlcli.runtime.flash_sac_loop import FlashSACRoundLoop
-    from drlcli.runtime.ppo_loop import PPORoundLoop
-
-    loop_type = FlashSACRoundLoop if config.algo == "flash_sac" else PPORoundLoop
-    loop = loop_type(config, topology, spec, facts, stored)
+    loop = algorithm.load_round_loop()(config, topology, spec, facts, stored)
+    saves_replay = algorithm.replay_saving is not None and algorithm.replay_saving(
+        config.algo_params
+    )
+    if (saves_replay or replay_file is not None) and not isinstance(loop, ReplaySaving):
+        raise TypeError(f"{type(loop).__name__} declares replay saving but cannot save replays")
     if replay_file is not None:
         loop.load_replay(replay_file)
     started = time.perf_counter() - progress.wall_time_s
@@ -306,14 +277,14 @@ def _run(
                 if improved:
                     progress.best_return = returned
                 obs_rms_state, learner_states = loop.checkpoint_parts()
-                payload = build_checkpoint_payload(
-                    config, semantics, facts, progress, obs_rms_state, learner_states
+                checkpoint = build_checkpoint(
+                    algorithm, config, semantics, facts, progress, obs_rms_state, learner_states
                 )
-                save_checkpoint(config.checkpoint_path, payload)
-                if getattr(config.algo_params, "save_replay_buffer", False):
+                write_checkpoint(config.checkpoint_path, checkpoint)
+                if saves_replay:
                     loop.save_replay(replay_path(config.checkpoint_path))
                 if improved:
-                    save_checkpoint(config.best_checkpoint_path, payload)
+                    write_checkpoint(config.best_checkpoint_path, checkpoint)
                 display.update(row, total_rounds)
     finally:
         loop.close()
@@ -357,56 +328,25 @@ def _metrics_row(
     }
 
 
-def _to_tensors(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        return torch.from_numpy(value.copy())
-    if isinstance(value, dict):
-        return {k: _to_tensors(v) for k, v in value.items()}
-    return value
-
-
-def build_checkpoint_payload(
+def build_checkpoint(
+    algorithm: Algorithm,
     config: Config,
     semantics: dict[str, Any],
-    facts: Any,
+    facts: EnvFacts,
     progress: RunProgress,
     obs_rms_state: dict[str, Any] | None,
     learner_states: list[dict[str, Any]],
-) -> dict[str, Any]:
-    import gymnasium
-    import mujoco
-
-    params = config.algo_params
-    return {
-        "format": FORMAT_NAME,
-        "format_version": FORMAT_VERSION,
-        "algo": config.algo,
-        "actor": learner_states[0]["actor"],
-        # PPO with normalisation off and FlashSAC (input BatchNorm inside the actor): none.
-        "obs_rms_state": (
-            _to_tensors(obs_rms_state)
-            if obs_rms_state is not None and getattr(params, "normalize_observations", False)
-            else None
-        ),
-        "observation_clip": getattr(params, "observation_clip", 10.0),
-        "actor_semantics": semantics,
-        "env": {
-            **facts.to_dict(),
-            "max_episode_steps": config.env.max_episode_steps,
-            "kwargs": dict(config.env.kwargs),
-        },
-        "progress": {
-            "round": progress.round,
-            "env_steps": progress.env_steps,
-            "wall_time_s": progress.wall_time_s,
-            "best_return": progress.best_return,
-        },
-        "config": config.to_dict(),
-        "learner_states": learner_states,
-        "versions": {
-            "drl": __version__,
-            "torch": str(torch.__version__),
-            "gymnasium": str(gymnasium.__version__),
-            "mujoco": str(mujoco.__version__),
-        },
-    }
+) -> Checkpoint:
+    """The checkpoint of a run as it stands: the round loop's parts and the driver's counters."""
+    clip = algorithm.observation_clip(config.algo_params)
+    return Checkpoint(
+        algo=algorithm.name,
+        actor=learner_states[0]["actor"],
+        actor_semantics=semantics,
+        env=EnvRecord.of(facts, config.env.max_episode_steps, config.env.kwargs),
+        progress=dataclasses.replace(progress),
+        config=config.to_dict(),
+        learner_states=learner_states,
+        obs_rms_state=obs_rms_state if clip is not None else None,
+        observation_clip=clip if clip is not None else DEFAULT_OBSERVATION_CLIP,
+    )

@@ -1,4 +1,9 @@
-"""Thin Ray shells around the learner and the rollout actor."""
+"""The learner processes of both algorithms: thin Ray shells around plain learner objects.
+
+Both expose the same state methods under the same names: ``network_state`` /
+``load_network_state`` (what parameter averaging mixes and broadcasts) and ``state_dict`` /
+``load_state_dict`` (everything resume restores).
+"""
 
 from __future__ import annotations
 
@@ -8,11 +13,13 @@ import numpy as np
 import torch
 
 from drlcli.actors.spec import ActorSpec
+from drlcli.algos.flash_sac.collector import FlashSACCollector
+from drlcli.algos.flash_sac.params import FlashSACParams
 from drlcli.algos.ppo.learner import Learner
-from drlcli.config import PPOParams
+from drlcli.algos.ppo.params import PPOParams
 
 
-class LearnerWorker:
+class PPOLearnerWorker:
     """One PPO learner in its own process: add a round's trajectories, train, report."""
 
     def __init__(
@@ -27,23 +34,105 @@ class LearnerWorker:
         torch.set_num_threads(1)  # 64x64 networks: more threads only add overhead
         self.learner = Learner(actor_spec, obs_dim, action_dim, params, device, seed)
 
+    def train_round(
+        self, fraction_done: float, *trajectories: dict[str, np.ndarray]
+    ) -> tuple[dict[str, Any], dict[str, float]]:
+        """ReplayBuffer.add for each trajectory, then Learner.train_step."""
+        self.learner.add(*trajectories)
+        return self.learner.train_step(fraction_done)
+
+    def network_state(self) -> dict[str, Any]:
+        return self.learner.network_state()
+
+    def load_network_state(self, state: dict[str, Any]) -> None:
+        self.learner.load_network_state(state)
+
     def state_dict(self) -> dict[str, Any]:
         return self.learner.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.learner.load_state_dict(state)
 
-    def train_round(
-        self, learning_rate: float, *trajectories: dict[str, np.ndarray]
-    ) -> tuple[dict[str, Any], dict[str, float]]:
-        """ReplayBuffer.add for each trajectory, then Learner.train_step."""
-        self.learner.add(*trajectories)
-        return self.learner.train_step(learning_rate)
 
-    def checkpoint_state(self) -> dict[str, Any]:
-        """Everything resume needs from this learner: networks and optimiser."""
-        return {**self.learner.state_dict(), "optimizer": self.learner.optimizer_state()}
+class RayStepperPool:
+    """``EnvStepperPool`` over Ray handles of ``EnvStepper``: each steps its slice in its own
+    process while the learner updates."""
 
-    def restore(self, state: dict[str, Any]) -> None:
-        self.learner.load_state_dict(state)
-        self.learner.load_optimizer_state(state["optimizer"])
+    def __init__(self, handles: list[Any], num_envs_per_stepper: int) -> None:
+        self.handles, self.num_envs = handles, num_envs_per_stepper
+        self._futures: list[Any] = []
+
+    def observations(self) -> np.ndarray:
+        import ray
+
+        return np.concatenate(ray.get([handle.observations.remote() for handle in self.handles]))
+
+    def step_async(self, actions: np.ndarray) -> None:
+        n = self.num_envs
+        self._futures = [
+            handle.step.remote(actions[i * n : (i + 1) * n])
+            for i, handle in enumerate(self.handles)
+        ]
+
+    def wait(self) -> list[dict[str, Any]]:
+        import ray
+
+        return ray.get(self._futures)
+
+
+class FlashSACLearnerWorker:
+    """One FlashSAC learner in its own process, driving its rollout actors (EnvStepper handles)."""
+
+    def __init__(
+        self,
+        actor_spec: ActorSpec,
+        stepper_handles: list[Any],
+        num_envs_per_stepper: int,
+        obs_dim: int,
+        action_dim: int,
+        action_low: list[float],
+        action_high: list[float],
+        params: FlashSACParams,
+        gamma: float,
+        total_updates: int,
+        device: str,
+        seed: int,
+        torch_threads: int = 1,
+    ) -> None:
+        # Ray would pin this process to one thread; FlashSAC's wider networks gain from more,
+        # and the rollout actors sit mostly idle while the learner updates.
+        torch.set_num_threads(torch_threads)
+        self.collector = FlashSACCollector(
+            actor_spec,
+            RayStepperPool(stepper_handles, num_envs_per_stepper),
+            obs_dim,
+            action_dim,
+            action_low,
+            action_high,
+            params,
+            gamma,
+            total_updates,
+            device,
+            seed,
+        )
+
+    def run(self, steps: int) -> tuple[dict[str, Any], dict[str, float]]:
+        return self.collector.run(steps)
+
+    def network_state(self) -> dict[str, Any]:
+        return self.collector.learner.network_state()
+
+    def load_network_state(self, state: dict[str, Any]) -> None:
+        self.collector.learner.load_network_state(state)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.collector.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.collector.load_state_dict(state)
+
+    def replay_arrays(self) -> dict[str, np.ndarray]:
+        return self.collector.replay.arrays()
+
+    def load_replay_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        self.collector.replay.load_arrays(arrays)

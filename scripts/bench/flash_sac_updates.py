@@ -19,7 +19,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from drlcli.algos.flash_sac.learner import FlashSACLearner, ReplayBuffer, flash_sac_actor_spec
+from drlcli.algos.flash_sac.algorithm import flash_sac_actor_spec
+from drlcli.algos.flash_sac.learner import FlashSACLearner
+from drlcli.algos.flash_sac.replay import TransitionReplay
 from drlcli.config import load_config
 from drlcli.envs import env_facts, make_env
 
@@ -41,7 +43,7 @@ def measure(path: Path, updates: int, threads: int) -> float:
     )
     rng = np.random.default_rng(0)
     size = max(params.batch_size * 4, 4096)
-    replay = ReplayBuffer(size, facts.obs_dim, facts.action_dim)
+    replay = TransitionReplay(size, facts.obs_dim, facts.action_dim)
     replay.add(
         rng.normal(size=(size, facts.obs_dim)),
         rng.uniform(facts.action_low, facts.action_high, (size, facts.action_dim)),

@@ -1,33 +1,41 @@
-"""FlashSAC's off-policy runtime: rollout actors that only step envs, and the learner process
-that chooses every action with ``learner.actor.explore`` (the one instance it optimises).
+"""FlashSAC's off-policy collection: rollout actors that only step environments (``EnvStepper``),
+and ``FlashSACCollector``, the learner's side that chooses every action with
+``learner.actor.explore`` (the one instance it optimises).
 
 Per environment step of a round, in the learner process:
 
 1. actions for all envs of all its rollout actors in one batched ``explore`` call (uniform
    random actions until ``warmup_steps`` transitions were collected);
-2. send each rollout actor its slice and let them step, *asynchronously*;
+2. start stepping them (``EnvStepperPool.step_async``: on Ray, each rollout actor its slice);
 3. meanwhile run the gradient updates owed so far (``updates_per_env_step`` per transition,
    once the buffer holds ``max(warmup_steps, batch_size)``): updates and env steps overlap;
 4. receive the steps and add the transitions to the replay buffer.
+
+Plain Python: the runtime gives the collector a Ray-backed pool of env steppers; tests and
+benchmarks give it a local one.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from drlcli.actors.spec import ActorSpec
-from drlcli.algos.flash_sac.critic import ReturnScaler
-from drlcli.algos.flash_sac.learner import FlashSACLearner, ReplayBuffer
-from drlcli.config import EnvConfig, FlashSACParams
+from drlcli.algos.flash_sac.learner import FlashSACLearner
+from drlcli.algos.flash_sac.params import FlashSACParams
+from drlcli.algos.flash_sac.replay import TransitionReplay
+from drlcli.config import EnvConfig
 from drlcli.envs import EnvBatch
+from drlcli.normalization import RewardScaler
 
 
 class EnvStepper:
-    """Rollout actor ``actor_id`` of FlashSAC: ``num_envs`` environments, no policy."""
+    """Rollout actor ``actor_id`` of FlashSAC: ``num_envs`` environments and no policy (the
+    learner chooses its actions)."""
 
     def __init__(self, actor_id: int, env_config: EnvConfig) -> None:
         self.envs = EnvBatch.for_rollout_actor(env_config, actor_id)
@@ -49,32 +57,65 @@ class EnvStepper:
         }
 
 
-class FlashSACWorker:
-    """One FlashSAC learner process with its rollout actors (Ray handles of EnvStepper)."""
+class EnvStepperPool(Protocol):
+    """The env steppers of one learner, stepped together: ``step_async`` then ``wait``."""
+
+    def observations(self) -> np.ndarray:
+        """Current observations of every env of every stepper, ``[total_envs, obs_dim]``."""
+        ...
+
+    def step_async(self, actions: np.ndarray) -> None:
+        """Start one step of every env with ``actions [total_envs, action_dim]``."""
+        ...
+
+    def wait(self) -> list[dict[str, Any]]:
+        """The ``EnvStepper.step`` results of the step started last, one per stepper."""
+        ...
+
+
+class LocalStepperPool:
+    """Env steppers in this process, stepped one after the other (tests, benchmarks)."""
+
+    def __init__(self, steppers: Sequence[EnvStepper], num_envs: int) -> None:
+        self.steppers, self.num_envs = list(steppers), num_envs
+        self._pending: list[dict[str, Any]] = []
+
+    def observations(self) -> np.ndarray:
+        return np.concatenate([stepper.observations() for stepper in self.steppers])
+
+    def step_async(self, actions: np.ndarray) -> None:
+        n = self.num_envs
+        self._pending = [s.step(actions[i * n : (i + 1) * n]) for i, s in enumerate(self.steppers)]
+
+    def wait(self) -> list[dict[str, Any]]:
+        return self._pending
+
+
+class FlashSACCollector:
+    """One FlashSAC learner with its replay buffer, reward scaler and env steppers.
+
+    Args:
+        actor_spec, obs_dim, action_dim, action_low, action_high, params, gamma,
+        total_updates, device, seed: the ``FlashSACLearner``'s.
+        steppers: this learner's env steppers.
+    """
 
     def __init__(
         self,
         actor_spec: ActorSpec,
-        env_steppers: list[Any],
+        steppers: EnvStepperPool,
         obs_dim: int,
         action_dim: int,
-        action_low: list[float],
-        action_high: list[float],
+        action_low: Sequence[float],
+        action_high: Sequence[float],
         params: FlashSACParams,
         gamma: float,
-        num_envs: int,
         total_updates: int,
-        device: str,
-        seed: int,
-        torch_threads: int = 1,
+        device: str = "cpu",
+        seed: int = 0,
     ) -> None:
-        import ray
-
-        # Ray would pin this process to one thread; FlashSAC's wider networks gain from more,
-        # and the rollout actors sit mostly idle while the learner updates.
-        torch.set_num_threads(torch_threads)
         self.params = params
-        self.steppers = env_steppers
+        self.steppers = steppers
         self.learner = FlashSACLearner(
             actor_spec,
             obs_dim,
@@ -87,17 +128,15 @@ class FlashSACWorker:
             device,
             seed,
         )
-        self.replay = ReplayBuffer(params.buffer_size, obs_dim, action_dim, seed)
-        total_envs = num_envs * len(env_steppers)
-        self.return_scaler = ReturnScaler(total_envs, gamma, params.normalized_return_max)
+        self.replay = TransitionReplay(params.buffer_size, obs_dim, action_dim, seed)
+        self.obs = steppers.observations()
+        self.reward_scaler = RewardScaler(len(self.obs), gamma, params.normalized_return_max)
         self.low = np.asarray(action_low, dtype=np.float32)
         self.high = np.asarray(action_high, dtype=np.float32)
         self.rng = np.random.default_rng(seed)
-        self.num_envs = num_envs
         self.transitions = 0
         self.update_budget = 0.0
-        self.obs = np.concatenate(ray.get([s.observations.remote() for s in env_steppers]))
-        self.dones = np.ones(total_envs, dtype=bool)  # every env starts an episode
+        self.dones = np.ones(len(self.obs), dtype=bool)  # every env starts an episode
 
     def _actions(self) -> np.ndarray:
         if self.transitions < self.params.warmup_steps:
@@ -112,8 +151,6 @@ class FlashSACWorker:
         Returns ``(stats, metrics)``: finished episodes of the round, and the learner's
         diagnostics averaged over the round's updates (plus update counts and rates).
         """
-        import ray
-
         p = self.params
         returns: list[float] = []
         lengths: list[int] = []
@@ -124,17 +161,14 @@ class FlashSACWorker:
         ready = max(p.warmup_steps, p.batch_size)
         for _ in range(steps):
             actions = self._actions().astype(np.float32)
-            futures = [
-                stepper.step.remote(actions[i * self.num_envs : (i + 1) * self.num_envs])
-                for i, stepper in enumerate(self.steppers)
-            ]
+            self.steppers.step_async(actions)
             if len(self.replay) >= ready:
                 # UTD: updates_per_env_step updates per transition collected once ready; the
                 # fractional remainder carries over.
                 self.update_budget += len(self.obs) * p.updates_per_env_step
                 owed = int(self.update_budget)
                 self.update_budget -= owed
-                reward_scale = self.return_scaler.scale() if p.normalize_rewards else 1.0
+                reward_scale = self.reward_scaler.divisor() if p.normalize_rewards else 1.0
                 started = time.perf_counter()
                 for _ in range(owed):
                     batch = self.replay.sample(p.batch_size, reward_scale, self.learner.device)
@@ -143,14 +177,14 @@ class FlashSACWorker:
                         counts[name] = counts.get(name, 0) + 1
                     updates += 1
                 update_seconds += time.perf_counter() - started
-            results = ray.get(futures)
+            results = self.steppers.wait()
             next_obs = np.concatenate([r["next_obs"] for r in results])
             final_obs = np.concatenate([r["final_obs"] for r in results])
             rewards = np.concatenate([r["rewards"] for r in results])
             terminated = np.concatenate([r["terminated"] for r in results])
             truncated = np.concatenate([r["truncated"] for r in results])
             self.replay.add(self.obs, actions, rewards, final_obs, terminated)
-            self.return_scaler.update(rewards, terminated, truncated)
+            self.reward_scaler.update(rewards, terminated | truncated)
             self.transitions += len(rewards)
             self.obs, self.dones = next_obs, terminated | truncated
             for r in results:
@@ -167,27 +201,15 @@ class FlashSACWorker:
         }
         return stats, metrics
 
-    def network_state(self) -> dict[str, Any]:
-        return self.learner.network_state()
-
-    def load_network_state(self, state: dict[str, Any]) -> None:
-        self.learner.load_network_state(state)
-
-    def checkpoint_state(self) -> dict[str, Any]:
-        """What resume needs: learner state, reward statistics, transition counter."""
+    def state_dict(self) -> dict[str, Any]:
+        """What resume needs: the learner's state, the reward statistics, the transitions."""
         return {
             **self.learner.state_dict(),
-            "return_scaler": self.return_scaler.state_dict(),
+            "return_scaler": self.reward_scaler.state_dict(),
             "transitions": self.transitions,
         }
 
-    def replay_arrays(self) -> dict[str, np.ndarray]:
-        return self.replay.arrays()
-
-    def load_replay_arrays(self, arrays: dict[str, np.ndarray]) -> None:
-        self.replay.load_arrays(arrays)
-
-    def restore(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.learner.load_state_dict(state)
-        self.return_scaler.load_state_dict(state["return_scaler"])
+        self.reward_scaler.load_state_dict(state["return_scaler"])
         self.transitions = int(state["transitions"])

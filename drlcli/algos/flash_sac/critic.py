@@ -1,8 +1,7 @@
-"""FlashSAC's distributional double critic, its categorical TD target, and reward scaling."""
+"""FlashSAC's distributional double critic and its categorical TD target."""
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -86,57 +85,3 @@ def categorical_td_target(
     target.scatter_add_(1, lower_index, probs * (1.0 - upper_weight))
     target.scatter_add_(1, upper_index, probs * upper_weight)
     return target
-
-
-class ReturnScaler:
-    """Scale rewards so discounted returns fit the critic's support (FlashSAC's normaliser).
-
-    Tracks the per-env discounted return ``G <- gamma * (1 - done) * G + r``, its running
-    variance and its largest magnitude; rewards are divided by
-    ``max(sqrt(Var[G] + eps), max|G| / G_max)``.
-    """
-
-    def __init__(self, num_envs: int, gamma: float, return_max: float, eps: float = 1e-8):
-        self.gamma, self.return_max, self.eps = gamma, return_max, eps
-        self.discounted_return = np.zeros(num_envs)
-        self.abs_max = 0.0
-        self.count, self.mean, self.var = 0.0, 0.0, 1.0
-
-    def update(self, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> None:
-        done = np.logical_or(terminated, truncated)
-        self.discounted_return = self.gamma * (1.0 - done) * self.discounted_return + rewards
-        self.abs_max = max(self.abs_max, float(np.abs(self.discounted_return).max()))
-        batch_mean, batch_var, n = (
-            self.discounted_return.mean(),
-            self.discounted_return.var(),
-            len(rewards),
-        )
-        total = self.count + n
-        delta = batch_mean - self.mean
-        self.var = (
-            self.var * self.count + batch_var * n + delta**2 * self.count * n / total
-        ) / total
-        self.mean += delta * n / total
-        self.count = total
-
-    def scale(self) -> float:
-        """The current divisor (1 before any update)."""
-        if self.count == 0:
-            return 1.0
-        return max(float(np.sqrt(self.var + self.eps)), self.abs_max / self.return_max, 1e-8)
-
-    def state_dict(self) -> dict:
-        return {
-            "discounted_return": torch.as_tensor(self.discounted_return.copy()),
-            "abs_max": self.abs_max,
-            "count": self.count,
-            "mean": float(self.mean),
-            "var": float(self.var),
-        }
-
-    def load_state_dict(self, state: dict) -> None:
-        stored = np.asarray(state["discounted_return"], dtype=np.float64)
-        if stored.shape == self.discounted_return.shape:
-            self.discounted_return = stored
-        self.abs_max, self.count = float(state["abs_max"]), float(state["count"])
-        self.mean, self.var = float(state["mean"]), float(state["var"])

@@ -22,61 +22,14 @@ import copy
 import math
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
 from drlcli.actors.spec import ActorSpec, build_policy_actor
+from drlcli.algos.flash_sac.algorithm import resolve_cuda_graph
 from drlcli.algos.flash_sac.critic import DoubleCategoricalCritic, categorical_td_target
-from drlcli.config import FlashSACParams
-from drlcli.errors import ConfigError, TrainingError
-
-FLASH_SAC_BUILDER = "drlcli.algos.flash_sac.actor:build_flash_sac_actor"
-
-
-def flash_sac_actor_spec(params: FlashSACParams, action_low: Any, action_high: Any) -> ActorSpec:
-    """The configured custom actor (``actor_config``), else the built-in FlashSAC actor."""
-    if params.actor_config is not None:
-        return ActorSpec(params.actor_config.builder, dict(params.actor_config.kwargs))
-    return ActorSpec(
-        FLASH_SAC_BUILDER,
-        {
-            "action_low": [float(x) for x in action_low],
-            "action_high": [float(x) for x in action_high],
-            "hidden_dim": params.actor_hidden_dim,
-            "num_blocks": params.actor_num_blocks,
-            "noise_zeta_mu": params.noise_zeta_mu,
-            "noise_zeta_max": params.noise_zeta_max,
-        },
-    )
-
-
-def resolve_cuda_graph(params: FlashSACParams, spec: ActorSpec, device: torch.device) -> bool:
-    """Whether the whole update cycle runs as one captured CUDA graph.
-
-    null means auto: on for an NVIDIA CUDA device. A custom actor cannot be captured: it fails
-    closed when the graph is requested explicitly or by the auto default (ADR-0017).
-    """
-    nvidia = device.type == "cuda" and torch.version.cuda is not None
-    wanted = (
-        nvidia if params.use_whole_cycle_cuda_graph is None else params.use_whole_cycle_cuda_graph
-    )
-    if wanted and spec.kind == "custom":
-        source = "explicitly" if params.use_whole_cycle_cuda_graph else "by default on NVIDIA CUDA"
-        raise ConfigError(
-            f"algo_params.use_whole_cycle_cuda_graph is on ({source}) but actor_config names a "
-            "custom actor, which cannot be captured; set use_whole_cycle_cuda_graph: false"
-        )
-    if wanted and device.type != "cuda":
-        raise ConfigError(
-            "algo_params.use_whole_cycle_cuda_graph: true needs a CUDA learner device; "
-            f"this learner runs on {device.type} (use null for automatic)"
-        )
-    if spec.kind == "custom" and not params.actor_normalize_parameters:
-        raise ConfigError(
-            "algo_params.actor_normalize_parameters: false only applies to the built-in actor"
-        )
-    return wanted
+from drlcli.algos.flash_sac.params import FlashSACParams
+from drlcli.errors import TrainingError
 
 
 def target_entropy(action_dim: int, sigma: float, action_range: torch.Tensor) -> float:
@@ -368,62 +321,3 @@ class CudaGraphUpdates:
         self.graphs[with_actor], self.outputs[with_actor] = graph, outputs
         graph.replay()  # capture records without running: run this update now
         return outputs
-
-
-class ReplayBuffer:
-    """Uniform replay of transitions, a numpy ring buffer living with the learner."""
-
-    def __init__(self, capacity: int, obs_dim: int, action_dim: int, seed: int = 0) -> None:
-        self.capacity = capacity
-        self.obs = np.zeros((capacity, obs_dim), dtype=np.float32)
-        self.next_obs = np.zeros((capacity, obs_dim), dtype=np.float32)
-        self.act = np.zeros((capacity, action_dim), dtype=np.float32)
-        self.rew = np.zeros(capacity, dtype=np.float32)
-        self.terminated = np.zeros(capacity, dtype=np.float32)
-        self.size = 0
-        self._next = 0
-        self._rng = np.random.default_rng(seed)
-
-    def __len__(self) -> int:
-        return self.size
-
-    def add(
-        self,
-        obs: np.ndarray,
-        act: np.ndarray,
-        rew: np.ndarray,
-        next_obs: np.ndarray,
-        terminated: np.ndarray,
-    ) -> None:
-        """Add ``n`` transitions (arrays with a leading axis ``n``). ``next_obs`` is the
-        observation before any reset (the final one on a truncated step)."""
-        count = len(obs)
-        index = (self._next + np.arange(count)) % self.capacity
-        self.obs[index], self.act[index], self.rew[index] = obs, act, rew
-        self.next_obs[index], self.terminated[index] = next_obs, terminated
-        self._next = (self._next + count) % self.capacity
-        self.size = min(self.size + count, self.capacity)
-
-    FIELDS = ("obs", "act", "rew", "next_obs", "terminated")
-
-    def arrays(self) -> dict[str, np.ndarray]:
-        """The stored transitions, oldest first (plain arrays: saved with allow_pickle=False)."""
-        order = (self._next - self.size + np.arange(self.size)) % self.capacity
-        return {name: getattr(self, name)[order] for name in self.FIELDS}
-
-    def load_arrays(self, arrays: dict[str, np.ndarray]) -> None:
-        """Replace the contents (the newest ``capacity`` transitions are kept)."""
-        self.size, self._next = 0, 0
-        count = len(arrays["obs"])
-        if count:
-            self.add(*(np.asarray(arrays[name])[-self.capacity :] for name in self.FIELDS))
-
-    def sample(self, batch_size: int, reward_scale: float, device: torch.device) -> dict:
-        index = self._rng.integers(0, self.size, size=batch_size)
-        return {
-            "obs": torch.from_numpy(self.obs[index]).to(device),
-            "act": torch.from_numpy(self.act[index]).to(device),
-            "rew": torch.from_numpy(self.rew[index] / np.float32(reward_scale)).to(device),
-            "next_obs": torch.from_numpy(self.next_obs[index]).to(device),
-            "terminated": torch.from_numpy(self.terminated[index]).to(device),
-        }

@@ -18,9 +18,68 @@ import torch
 from drlcli.actors.spec import ActorSpec, build_policy_actor
 from drlcli.algos.ppo.buffer import ReplayBuffer
 from drlcli.algos.ppo.networks import ValueNetwork
-from drlcli.config import PPOParams
+from drlcli.algos.ppo.params import PPOParams
 from drlcli.errors import CheckpointError, PolicyActorContractError, TrainingError
 from drlcli.flat_parameters import FlatParameters, flatten_optimizer_state
+
+
+def ppo_loss(
+    *,
+    new_logprob: torch.Tensor,
+    entropy: torch.Tensor,
+    new_value: torch.Tensor,
+    old_logprob: torch.Tensor,
+    old_value: torch.Tensor,
+    advantages: torch.Tensor,
+    returns: torch.Tensor,
+    params: PPOParams,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The PPO objective of one minibatch, negated for gradient descent (CleanRL's names).
+
+    Every tensor is ``[B]``: the policy's log-prob and entropy of the stored actions now, the
+    value now, the log-prob and value at sampling time, the (already normalised) advantages
+    and the value targets.
+
+    Returns:
+        ``(loss, stats)``: ``loss = pg_loss + vf_coef * v_loss - ent_coef * entropy_loss``;
+        stats ``pg_loss``, ``v_loss``, ``entropy_loss`` (0-dim) and ``logratio`` ``[B]``
+        (detached), from which the caller measures the approximate KL.
+    """
+    logratio = new_logprob - old_logprob
+    ratio = logratio.exp()
+    pg_loss1 = -advantages * ratio
+    pg_loss2 = -advantages * torch.clamp(ratio, 1 - params.clip_coef, 1 + params.clip_coef)
+    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+    v_loss_unclipped = (new_value - returns) ** 2
+    if params.clip_value_loss:
+        v_clipped = old_value + torch.clamp(
+            new_value - old_value, -params.clip_coef, params.clip_coef
+        )
+        v_loss_clipped = (v_clipped - returns) ** 2
+        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+    else:
+        v_loss = 0.5 * v_loss_unclipped.mean()
+    entropy_loss = entropy.mean()
+    loss = pg_loss + params.vf_coef * v_loss
+    if params.ent_coef:  # a zero coefficient would only add backward work
+        loss = loss - params.ent_coef * entropy_loss
+    stats = {
+        "pg_loss": pg_loss.detach(),
+        "v_loss": v_loss.detach(),
+        "entropy_loss": entropy_loss.detach(),
+        "logratio": logratio.detach(),
+    }
+    return loss, stats
+
+
+def standardize_advantages(advantages: torch.Tensor) -> torch.Tensor:
+    """``(A - mean) / (std + 1e-8)`` over the whole round (not per minibatch)."""
+    return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+
+
+def approx_kl(logratio: torch.Tensor) -> torch.Tensor:
+    """``E[(r - 1) - log r]``: the k3 estimator of KL(old || new), >= 0 (Schulman 2020)."""
+    return (logratio.exp() - 1 - logratio).mean()
 
 
 class Learner:
@@ -60,10 +119,11 @@ class Learner:
         self.buffer = ReplayBuffer()
         self.shuffle_generator = torch.Generator().manual_seed(seed)
 
-    # --- parameters ------------------------------------------------------------------------
+    # --- state ---------------------------------------------------------------------------
 
-    def state_dict(self) -> dict[str, dict[str, torch.Tensor]]:
-        """Network parameters on CPU: ``{"actor": ..., "value": ...}`` (what rollouts need)."""
+    def network_state(self) -> dict[str, dict[str, torch.Tensor]]:
+        """Network parameters on CPU: ``{"actor": ..., "value": ...}``: what rollout actors
+        sample with and what parameter averaging mixes."""
         return {
             "actor": {k: v.detach().cpu().clone() for k, v in self.actor.state_dict().items()},
             "value": {
@@ -71,23 +131,32 @@ class Learner:
             },
         }
 
-    def load_state_dict(self, state: dict[str, dict[str, torch.Tensor]]) -> None:
+    def load_network_state(self, state: dict[str, dict[str, torch.Tensor]]) -> None:
         self.actor.load_state_dict(state["actor"])
         self.value_network.load_state_dict(state["value"])
 
-    def optimizer_state(self) -> dict[str, Any]:
-        return self.optimizer.state_dict()
+    def state_dict(self) -> dict[str, Any]:
+        """Everything resume needs: ``{actor, value, optimizer}``."""
+        return {**self.network_state(), "optimizer": self.optimizer.state_dict()}
 
-    def load_optimizer_state(self, state: dict[str, Any]) -> None:
-        """Load an optimiser state of this learner's networks: over the flat parameters, or
-        one per parameter tensor (checkpoints written before the parameters were flat)."""
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Load ``state_dict()`` output. The optimiser state may be over the flat parameters
+        or one per parameter tensor (checkpoints written before the parameters were flat)."""
+        self.load_network_state(state)
         try:
-            self.optimizer.load_state_dict(flatten_optimizer_state(state, self.flat))
+            self.optimizer.load_state_dict(flatten_optimizer_state(state["optimizer"], self.flat))
         except (ValueError, KeyError, TypeError, IndexError) as error:
             raise CheckpointError(
                 f"the checkpoint's optimiser state does not fit this learner ({error}); it was "
                 "written by another drl version or network layout: start a new run instead"
             ) from None
+
+    def learning_rate(self, fraction_done: float) -> float:
+        """The step size of a round that starts ``fraction_done`` into the run: linear decay
+        to 0 with ``anneal_learning_rate``, else constant."""
+        if not self.params.anneal_learning_rate:
+            return self.params.learning_rate
+        return self.params.learning_rate * (1.0 - fraction_done)
 
     # --- training --------------------------------------------------------------------------
 
@@ -97,14 +166,16 @@ class Learner:
             self.buffer.add(trajectory)
         return len(self.buffer)
 
-    def train_step(self, learning_rate: float) -> tuple[dict[str, Any], dict[str, float]]:
+    def train_step(self, fraction_done: float) -> tuple[dict[str, Any], dict[str, float]]:
         """One PPO update on the whole buffer, then clear it.
 
         Args:
-            learning_rate: Adam step size for this round (the driver anneals it).
+            fraction_done: env steps trained before this round over the run's planned total
+                (the learning-rate schedule's position).
 
         Returns:
-            ``(state_dict, metrics)``; ``metrics["buffer_size"]`` is measured before the clear.
+            ``(network_state, metrics)``; ``metrics["buffer_size"]`` is measured before the
+            clear.
         """
         p = self.params
         data = {k: torch.as_tensor(v, device=self.device) for k, v in self.buffer.data().items()}
@@ -113,9 +184,10 @@ class Learner:
         obs, actions, logp_old = data["obs"], data["act"], data["logp"]
         values_old, returns = data["value"], data["ret"]
         advantages = data["adv"]
-        if p.normalize_advantages and buffer_size > 1:  # global, over the whole round
-            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        if p.normalize_advantages and buffer_size > 1:
+            advantages = standardize_advantages(advantages)
 
+        learning_rate = self.learning_rate(fraction_done)
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate
         minibatch_size = max(1, buffer_size // p.num_minibatches)
@@ -132,42 +204,30 @@ class Learner:
                 mb_obs, mb_actions, mb_logp_old, mb_values_old, mb_returns, mb_adv = (
                     column[start : start + minibatch_size] for column in shuffled
                 )
-                logp, entropy = self.actor.log_prob_and_entropy(mb_obs, mb_actions)
-                log_ratio = logp - mb_logp_old
-                ratio = log_ratio.exp()
-                # L^CLIP, negated for gradient descent.
-                policy_loss = torch.max(
-                    -mb_adv * ratio, -mb_adv * ratio.clamp(1 - p.clip_coef, 1 + p.clip_coef)
-                ).mean()
-                value = self.value_network(mb_obs)
-                if p.clip_value_loss:
-                    clipped = mb_values_old + (value - mb_values_old).clamp(
-                        -p.clip_coef, p.clip_coef
-                    )
-                    value_error = torch.max((value - mb_returns) ** 2, (clipped - mb_returns) ** 2)
-                else:
-                    value_error = (value - mb_returns) ** 2
-                value_loss = 0.5 * value_error.mean()
-                entropy_mean = entropy.mean()
-                loss = policy_loss + p.vf_coef * value_loss
-                if p.ent_coef:  # a zero coefficient would only add backward work
-                    loss = loss - p.ent_coef * entropy_mean
-
+                new_logprob, entropy = self.actor.log_prob_and_entropy(mb_obs, mb_actions)
+                loss, stats = ppo_loss(
+                    new_logprob=new_logprob,
+                    entropy=entropy,
+                    new_value=self.value_network(mb_obs),
+                    old_logprob=mb_logp_old,
+                    old_value=mb_values_old,
+                    advantages=mb_adv,
+                    returns=mb_returns,
+                    params=p,
+                )
                 self.flat.zero_grad()
                 loss.backward()
                 grad_norm = self.flat.clip_grad_norm(p.max_grad_norm)
                 self.optimizer.step()
                 self.actor.normalize_parameters()
 
-                with torch.no_grad():
-                    sums += torch.stack([policy_loss, value_loss, entropy_mean, grad_norm])
+                sums += torch.stack(
+                    [stats["pg_loss"], stats["v_loss"], stats["entropy_loss"], grad_norm]
+                )
                 minibatches += 1
-                if p.target_kl is not None:
-                    with torch.no_grad():
-                        approx_kl = ((ratio - 1) - log_ratio).mean()  # k3 estimator, >= 0
-                    if approx_kl.item() > p.target_kl:
-                        stop = True  # KL early stop: the policy moved far enough this round
-                        break
+                if p.target_kl is not None and approx_kl(stats["logratio"]).item() > p.target_kl:
+                    stop = True  # KL early stop: the policy moved far enough this round
+                    break
             epochs_done += 1
             if stop:
                 break
@@ -185,11 +245,10 @@ class Learner:
                 "algo_params.learning_rate or check the environment's rewards"
             )
         with torch.no_grad():  # how far the round's update moved the policy, on all its data
-            log_ratio, _ = self.actor.log_prob_and_entropy(obs, actions)
-            log_ratio -= logp_old
-            ratio = log_ratio.exp()
-            approx_kl = ((ratio - 1) - log_ratio).mean().item()
-            clip_fraction = ((ratio - 1).abs() > p.clip_coef).float().mean().item()
+            new_logprob, _ = self.actor.log_prob_and_entropy(obs, actions)
+            logratio = new_logprob - logp_old
+            kl = approx_kl(logratio).item()
+            clip_fraction = ((logratio.exp() - 1).abs() > p.clip_coef).float().mean().item()
             predicted = self.value_network(obs)
             residual_var = torch.var(returns - predicted)
             returns_var = torch.var(returns)
@@ -198,7 +257,7 @@ class Learner:
             "Loss/policy": means[0],
             "Loss/value": means[1],
             "Loss/entropy": means[2],
-            "approx_kl": approx_kl,
+            "approx_kl": kl,
             "clip_fraction": clip_fraction,
             "grad_norm": means[3],
             "explained_variance": explained,
@@ -206,21 +265,4 @@ class Learner:
             "epochs": float(epochs_done),
             "buffer_size": float(buffer_size),
         }
-        return self.state_dict(), metrics
-
-
-GAUSSIAN_BUILDER = "drlcli.actors.gaussian:build_gaussian_actor"
-
-
-def gaussian_actor_spec(params: PPOParams, action_low: Any, action_high: Any) -> ActorSpec:
-    """The spec of the built-in PPO policy actor for an environment's action bounds."""
-    return ActorSpec(
-        GAUSSIAN_BUILDER,
-        {
-            "action_low": [float(x) for x in action_low],
-            "action_high": [float(x) for x in action_high],
-            "hidden_sizes": list(params.hidden_sizes),
-            "activation": params.activation,
-            "init_log_std": params.init_log_std,
-        },
-    )
+        return self.network_state(), metrics

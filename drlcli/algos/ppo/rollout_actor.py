@@ -12,52 +12,16 @@ import torch
 
 from drlcli.actors.spec import ActorSpec, build_policy_actor
 from drlcli.algos.ppo.networks import ValueNetwork
-from drlcli.config import EnvConfig, PPOParams
+from drlcli.algos.ppo.params import PPOParams
+from drlcli.config import EnvConfig
 from drlcli.envs import EnvBatch, rollout_actor_seed
 from drlcli.normalization import (
+    RewardScaler,
     RmsState,
     compute_batch_moments,
-    merge_rms_states,
     normalize_observation,
 )
 from drlcli.rollout import compute_gae, prepare_action
-
-
-class RewardScaler:
-    """Divide rewards by the running std of the discounted return (per env), then clip.
-
-    The scale is learning-side only: reported episode returns are always the raw ones.
-    """
-
-    def __init__(self, num_envs: int, gamma: float, clip: float) -> None:
-        self.gamma, self.clip = gamma, clip
-        self.discounted_return = np.zeros(num_envs)
-        self.moments: RmsState | None = None
-
-    def __call__(self, rewards: np.ndarray, dones: np.ndarray) -> np.ndarray:
-        self.discounted_return = self.discounted_return * self.gamma + rewards
-        self.moments = merge_rms_states(
-            [self.moments, compute_batch_moments(self.discounted_return[:, None])]
-        )
-        self.discounted_return[dones] = 0.0
-        scale = np.sqrt(self.moments.var[0] + 1e-8)
-        return np.clip(rewards / scale, -self.clip, self.clip)
-
-    def state(self) -> dict[str, Any] | None:
-        """The running moments as CPU tensors (checkpoint form), or None before any step.
-
-        The per-env discounted returns are not part of it: episodes restart on resume.
-        """
-        if self.moments is None:
-            return None
-        return {
-            "mean": torch.from_numpy(self.moments.mean.copy()),
-            "var": torch.from_numpy(self.moments.var.copy()),
-            "count": self.moments.count,
-        }
-
-    def restore(self, state: dict[str, Any] | None) -> None:
-        self.moments = RmsState.from_dict(state) if state is not None else None
 
 
 class MuJoCoActor:
@@ -89,9 +53,7 @@ class MuJoCoActor:
         self.actor = build_policy_actor(actor_spec, facts.obs_dim, facts.action_dim)
         self.value_network = ValueNetwork(facts.obs_dim, params.hidden_sizes, params.activation)
         self.reward_scaler = (
-            RewardScaler(env_config.num_envs, gamma, params.reward_clip)
-            if params.normalize_rewards
-            else None
+            RewardScaler(env_config.num_envs, gamma) if params.normalize_rewards else None
         )
 
     def sample(
@@ -158,7 +120,12 @@ class MuJoCoActor:
                     step.truncated,
                 )
                 if self.reward_scaler is not None:
-                    rewards[t] = self.reward_scaler(step.rewards, step.terminated | step.truncated)
+                    self.reward_scaler.update(step.rewards, step.terminated | step.truncated)
+                    rewards[t] = np.clip(
+                        step.rewards / self.reward_scaler.divisor(),
+                        -self.params.reward_clip,
+                        self.params.reward_clip,
+                    )
                 if step.truncated.any():
                     # V(final pre-reset observation): the truncation bootstrap of compute_gae.
                     final = normalize_observation(step.final_obs[step.truncated], rms, clip)
@@ -192,13 +159,15 @@ class MuJoCoActor:
             "episode_returns": episode_returns,
             "episode_len_sum": int(sum(episode_lengths)),
             "obs_rms_moments": compute_batch_moments(raw_obs.reshape(count, obs_dim)).to_dict(),
-            "reward_moments": None if self.reward_scaler is None else self.reward_scaler.state(),
+            "reward_moments": (
+                None if self.reward_scaler is None else self.reward_scaler.state_dict()
+            ),
         }
         return trajectory, stats
 
     def restore_reward_scaler(self, state: dict[str, Any] | None) -> None:
         if self.reward_scaler is not None:
-            self.reward_scaler.restore(state)
+            self.reward_scaler.load_state_dict(state)
 
     def close(self) -> None:
         self.envs.close()

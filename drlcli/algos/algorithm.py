@@ -1,0 +1,91 @@
+"""What an algorithm declares: the ``Algorithm`` entry type and the ``RoundLoop`` protocol its
+runtime implements. The entries themselves are listed in ``algos/registry.py``."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from drlcli.actors.spec import ActorSpec
+
+
+class RoundLoop(Protocol):
+    """The Ray side of one training run: built as ``RoundLoop(config, topology, spec, facts,
+    stored)`` (``stored``: the Checkpoint resumed from, or None), then driven by the driver in
+    ``runtime/training.py`` one round at a time."""
+
+    def run_round(
+        self, round_index: int, fraction_done: float
+    ) -> tuple[list[dict[str, Any]], dict[str, float]]:
+        """One round: ``(rollout stats per rollout actor or learner, learner metrics averaged
+        over learners)``. ``fraction_done``: env steps before this round over the run's total."""
+        ...
+
+    def checkpoint_parts(self) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        """``(global observation statistics or None, every learner's resumable state)``."""
+        ...
+
+    def close(self) -> None:
+        """Stop every Ray actor the loop started."""
+        ...
+
+
+@runtime_checkable
+class ReplaySaving(Protocol):
+    """An optional capability of a round loop: saving and refilling its replay buffers."""
+
+    def save_replay(self, path: Path) -> None: ...
+
+    def load_replay(self, path: Path) -> None: ...
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """What drl needs to know about one algorithm.
+
+    Attributes:
+        name: the config's ``algo`` value.
+        summary: one line for help texts.
+        params_type: the frozen dataclass of its ``algo_params``.
+        builtin_builder: ``"module:callable"`` of its built-in policy actor.
+        actor_spec: ``(params, action_low, action_high) -> ActorSpec``: the run's policy actor
+            (built-in, or a custom one the params name).
+        round_loop: ``"module:Class"`` of its ``RoundLoop`` (imported only when training).
+        learner_state_keys: what every entry of a checkpoint's ``learner_states`` must hold.
+        metrics: its CSV columns after the common ones, in order, each with its meaning.
+        observation_clip: ``params -> clip`` when it standardises observations with running
+            statistics (``obs_rms_state``), None when it does not.
+        normalization_inside_actor: how its actor normalises raw observations when there are
+            no running statistics (reported by ``drl export``), None for not at all.
+        check_params: the rules between its params, run by ``load_config`` (ConfigError).
+        check_learner_device: the rules that need the learner device
+            ``(params, spec, device)``, run before any worker starts (ConfigError).
+        check_learner_state: extra checks of one stored learner state; returns a problem or
+            None (``drl verify`` and ``--resume``).
+        replay_saving: ``params -> whether the run saves its replay buffer``, for algorithms
+            whose round loop implements ``ReplaySaving``; None when it cannot.
+    """
+
+    name: str
+    summary: str
+    params_type: type
+    builtin_builder: str
+    actor_spec: Callable[[Any, Sequence[float], Sequence[float]], ActorSpec]
+    round_loop: str
+    learner_state_keys: tuple[str, ...]
+    metrics: dict[str, str]
+    observation_clip: Callable[[Any], float | None]
+    normalization_inside_actor: str | None = None
+    check_params: Callable[[Any], None] = lambda params: None
+    check_learner_device: Callable[[Any, Any, str], object] = lambda params, spec, device: None
+    check_learner_state: Callable[[dict[str, Any]], str | None] = lambda state: None
+    replay_saving: Callable[[Any], bool] | None = None
+
+    def load_round_loop(self) -> type:
+        """The ``RoundLoop`` class (imports Ray)."""
+        module_name, attribute = self.round_loop.split(":", 1)
+        return getattr(importlib.import_module(module_name), attribute)

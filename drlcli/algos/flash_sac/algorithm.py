@@ -1,0 +1,128 @@
+"""FlashSAC's registry entry: what drl needs to know about ``algo: flash_sac``, and its
+custom-actor and CUDA-graph rules (docs/adr/0017-custom-policy-actors.md), each stated once."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from drlcli.actors.spec import ActorSpec
+from drlcli.algos.algorithm import Algorithm
+from drlcli.algos.flash_sac.params import FlashSACParams
+from drlcli.errors import ConfigError
+from drlcli.normalization import reward_scaler_state_problem
+
+FLASH_SAC_BUILDER = "drlcli.algos.flash_sac.actor:build_flash_sac_actor"
+
+
+def flash_sac_actor_spec(
+    params: FlashSACParams, action_low: Sequence[float], action_high: Sequence[float]
+) -> ActorSpec:
+    """The configured custom actor (``actor_config``), else the built-in FlashSAC actor."""
+    if params.actor_config is not None:
+        return ActorSpec(params.actor_config.builder, dict(params.actor_config.kwargs))
+    return ActorSpec(
+        FLASH_SAC_BUILDER,
+        {
+            "action_low": [float(x) for x in action_low],
+            "action_high": [float(x) for x in action_high],
+            "hidden_dim": params.actor_hidden_dim,
+            "num_blocks": params.actor_num_blocks,
+            "noise_zeta_mu": params.noise_zeta_mu,
+            "noise_zeta_max": params.noise_zeta_max,
+        },
+    )
+
+
+def check_params(params: FlashSACParams) -> None:
+    """The rules that need no hardware knowledge, at config load."""
+    if params.v_min >= params.v_max:
+        raise ConfigError(
+            f"algo_params.v_min: must be below v_max ({params.v_min} >= {params.v_max})"
+        )
+    if params.actor_config is None:
+        return
+    if params.use_whole_cycle_cuda_graph:
+        raise ConfigError(
+            "algo_params.use_whole_cycle_cuda_graph: a custom actor (actor_config) cannot run in "
+            "a whole-cycle CUDA graph; set it to false"
+        )
+    if not params.actor_normalize_parameters:
+        raise ConfigError(
+            "algo_params.actor_normalize_parameters: false only applies to the built-in actor; "
+            "a custom actor (actor_config) owns normalize_parameters()"
+        )
+
+
+def resolve_cuda_graph(params: FlashSACParams, spec: ActorSpec, device: Any) -> bool:
+    """Whether the whole update cycle runs as one captured CUDA graph on ``device``.
+
+    null means auto: on for an NVIDIA CUDA device. A custom actor cannot be captured, so the
+    auto default refuses it there (an explicit request was refused by ``check_params``).
+
+    Raises:
+        ConfigError: the graph is requested without a CUDA device, or auto meets a custom actor.
+    """
+    import torch
+
+    device = torch.device(device)
+    nvidia = device.type == "cuda" and torch.version.cuda is not None
+    explicit = params.use_whole_cycle_cuda_graph
+    wanted = nvidia if explicit is None else explicit
+    if wanted and spec.kind == "custom":
+        source = "explicitly" if explicit else "by default on NVIDIA CUDA"
+        raise ConfigError(
+            f"algo_params.use_whole_cycle_cuda_graph is on ({source}) but actor_config names a "
+            "custom actor, which cannot be captured; set use_whole_cycle_cuda_graph: false"
+        )
+    if wanted and device.type != "cuda":
+        raise ConfigError(
+            "algo_params.use_whole_cycle_cuda_graph: true needs a CUDA learner device; "
+            f"this learner runs on {device.type} (use null for automatic)"
+        )
+    return wanted
+
+
+def _return_scaler_problem(state: Any) -> str | None:
+    problem = reward_scaler_state_problem(state)
+    return None if problem is None else f"return_scaler {problem}"
+
+
+FLASH_SAC = Algorithm(
+    name="flash_sac",
+    summary="FlashSAC (arXiv 2604.04539), off-policy, distributional critic, custom actors",
+    params_type=FlashSACParams,
+    builtin_builder=FLASH_SAC_BUILDER,
+    actor_spec=flash_sac_actor_spec,
+    round_loop="drlcli.runtime.flash_sac_loop:FlashSACRoundLoop",
+    learner_state_keys=(
+        "actor",
+        "critic",
+        "target_critic",
+        "log_temperature",
+        "actor_optimizer",
+        "critic_optimizer",
+        "temperature_optimizer",
+        "updates",
+        "return_scaler",
+        "transitions",
+    ),
+    metrics={
+        "Loss/critic": "cross-entropy of the critic against the projected target, update mean",
+        "Loss/actor": "E[alpha log pi - min Q] (without aux losses), actor-update mean",
+        "Loss/temperature": "alpha * (H(pi) - H_target), actor-update mean",
+        "temperature": "entropy temperature alpha, actor-update mean",
+        "entropy": "policy entropy estimate -E[log pi], actor-update mean",
+        "q_mean": "mean predicted Q of replayed (s, a) in scaled-reward units",
+        "learning_rate": "optimiser step size, mean over the round's updates",
+        "updates": "gradient updates this round, per learner",
+        "updates_per_second": "gradient updates per second of update time, per learner",
+        "buffer_size": "transitions in the replay buffers, all learners",
+    },
+    observation_clip=lambda params: None,  # the actor's input BatchNorm normalises
+    normalization_inside_actor="the actor's input BatchNorm (running statistics)",
+    check_params=check_params,
+    check_learner_device=resolve_cuda_graph,
+    check_learner_state=lambda state: _return_scaler_problem(state.get("return_scaler")),
+    replay_saving=lambda params: params.save_replay_buffer,
+)

@@ -1,0 +1,71 @@
+"""PPO's registry entry: what drl needs to know about ``algo: ppo``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from drlcli.actors.spec import ActorSpec
+from drlcli.algos.algorithm import Algorithm
+from drlcli.algos.ppo.params import PPOParams
+from drlcli.normalization import reward_scaler_state_problem
+
+GAUSSIAN_BUILDER = "drlcli.actors.gaussian:build_gaussian_actor"
+
+
+def gaussian_actor_spec(
+    params: PPOParams, action_low: Sequence[float], action_high: Sequence[float]
+) -> ActorSpec:
+    """The spec of the built-in PPO policy actor for an environment's action bounds."""
+    return ActorSpec(
+        GAUSSIAN_BUILDER,
+        {
+            "action_low": [float(x) for x in action_low],
+            "action_high": [float(x) for x in action_high],
+            "hidden_sizes": list(params.hidden_sizes),
+            "activation": params.activation,
+            "init_log_std": params.init_log_std,
+        },
+    )
+
+
+def reward_scalers_problem(state: dict[str, Any]) -> str | None:
+    """What is wrong with a learner state's optional ``reward_scalers`` (one
+    ``RewardScaler.state_dict()`` per rollout actor of the learner), or None."""
+    scalers = state.get("reward_scalers")
+    if scalers is None:
+        return None
+    if not isinstance(scalers, list):
+        return f"reward_scalers is a {type(scalers).__name__}, expected a list"
+    for index, scaler in enumerate(scalers):
+        problem = reward_scaler_state_problem(scaler)
+        if problem is not None:
+            return f"reward_scalers[{index}] {problem}"
+    return None
+
+
+PPO = Algorithm(
+    name="ppo",
+    summary="PPO (Schulman et al. 2017), on-policy, learners averaged every param_sync_interval",
+    params_type=PPOParams,
+    builtin_builder=GAUSSIAN_BUILDER,
+    actor_spec=gaussian_actor_spec,
+    round_loop="drlcli.runtime.ppo_loop:PPORoundLoop",
+    learner_state_keys=("actor", "value", "optimizer"),
+    metrics={
+        "Loss/policy": "clipped surrogate loss (negated L^CLIP), minibatch mean",
+        "Loss/value": "0.5 * squared value error, minibatch mean",
+        "Loss/entropy": "policy entropy, minibatch mean",
+        "approx_kl": "KL(old || updated policy) on the round's data, k3 estimator",
+        "clip_fraction": "fraction of the round's samples whose final ratio is outside 1 +- clip",
+        "grad_norm": "global gradient norm before clipping, minibatch mean",
+        "explained_variance": "1 - Var(returns - V) / Var(returns) after the update",
+        "learning_rate": "optimiser step size this round",
+        "epochs": "epochs started this round (KL early stop may cut the last)",
+        "buffer_size": "samples trained on this round, all learners",
+    },
+    observation_clip=lambda params: (
+        params.observation_clip if params.normalize_observations else None
+    ),
+    check_learner_state=reward_scalers_problem,
+)

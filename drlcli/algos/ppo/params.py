@@ -1,0 +1,56 @@
+"""PPO's hyper-parameters (``algo_params`` of ``algo: ppo``), each with its meaning.
+
+Named as in Schulman et al. 2017 and CleanRL where they name them; Method.md's table lists the
+same fields (a test keeps the two in step).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from drlcli.config_fields import in_range, one_of, positive
+from drlcli.normalization import DEFAULT_OBSERVATION_CLIP
+
+
+@dataclass(frozen=True)
+class PPOParams:
+    """Hyper-parameters of PPO (Schulman et al. 2017)."""
+
+    learning_rate: float = field(default=3e-4, metadata=in_range(0.0, low_open=True))
+    """Adam step size at the start of the run."""
+    anneal_learning_rate: bool = True
+    """Decay the learning rate linearly to 0 over ``total_env_steps``."""
+    num_epochs: int = field(default=10, metadata=positive())
+    """Passes over each round's data (K in the paper)."""
+    num_minibatches: int = field(default=32, metadata=positive())
+    """Minibatches per epoch; a remainder of the round's samples is left out."""
+    clip_coef: float = field(default=0.2, metadata=in_range(0.0, low_open=True))
+    """Epsilon of the clipped surrogate objective L^CLIP."""
+    clip_value_loss: bool = False
+    """Clip the value update to ``clip_coef`` around the value at sampling time."""
+    ent_coef: float = field(default=0.0, metadata=in_range(0.0))
+    """Entropy bonus coefficient c2."""
+    vf_coef: float = field(default=0.5, metadata=in_range(0.0))
+    """Value-loss coefficient c1."""
+    max_grad_norm: float = field(default=0.5, metadata=in_range(0.0, low_open=True))
+    """Clip of the global gradient norm over the policy and value networks."""
+    target_kl: float | None = field(default=None, metadata=in_range(0.0, low_open=True))
+    """End the round's update once a minibatch's approximate KL exceeds this; null: never."""
+    normalize_advantages: bool = True
+    """Standardise advantages over the whole round's data."""
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    """Hidden layer widths of the policy and of the value network."""
+    activation: str = field(default="tanh", metadata=one_of("tanh", "relu", "elu"))
+    """Hidden nonlinearity of both networks."""
+    init_log_std: float = 0.0
+    """Initial state-independent log standard deviation of the Gaussian policy."""
+    normalize_observations: bool = True
+    """Standardise observations with running statistics merged across rollout actors."""
+    observation_clip: float = field(
+        default=DEFAULT_OBSERVATION_CLIP, metadata=in_range(0.0, low_open=True)
+    )
+    """Clip of standardised observations."""
+    normalize_rewards: bool = True
+    """Divide rewards by the running std of the discounted return (per rollout actor)."""
+    reward_clip: float = field(default=10.0, metadata=in_range(0.0, low_open=True))
+    """Clip of scaled rewards."""

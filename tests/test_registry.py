@@ -1,0 +1,131 @@
+"""The algorithm registry: one place per algorithm, and documentation that cannot drift."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+from drlcli.algos.registry import ALGORITHMS, BUILTIN_BUILDERS, actor_kind, get_algorithm
+from drlcli.config import Config, EnvConfig
+from drlcli.errors import ConfigError
+
+PACKAGE = Path(__file__).resolve().parent.parent / "drlcli"
+METHOD = (PACKAGE.parent / "Method.md").read_text()
+
+
+def _string_constants(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    ]
+
+
+def test_no_algorithm_name_is_spelled_outside_algos():
+    """Code outside ``algos/`` asks the registry; it never branches on an algorithm's name."""
+    names = set(ALGORITHMS)
+    offenders = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}: {value!r}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if "algos" not in path.relative_to(PACKAGE).parts
+        for line, value in _string_constants(path)
+        if value in names
+    ]
+    assert offenders == []
+
+
+def test_the_scan_would_see_a_name():
+    assert (1, "ppo") in _string_constants_of('x = "ppo"\n')
+
+
+def _string_constants_of(source: str) -> list[tuple[int, str]]:
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    ]
+
+
+def test_unknown_algorithm_lists_the_known_ones():
+    with pytest.raises(ConfigError, match=r"algo: unknown algorithm 'sac'; choose one of: "):
+        get_algorithm("sac")
+    with pytest.raises(ConfigError, match="unknown algorithm None"):
+        get_algorithm(None)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS.values(), ids=list(ALGORITHMS))
+def test_each_entry_is_complete_and_consistent(algorithm):
+    assert algorithm.builtin_builder in BUILTIN_BUILDERS
+    assert actor_kind(algorithm.builtin_builder) == "builtin"
+    params = algorithm.params_type()
+    spec = algorithm.actor_spec(params, [-1.0, -2.0], [1.0, 2.0])
+    assert spec.builder == algorithm.builtin_builder and spec.kind == "builtin"
+    assert algorithm.learner_state_keys and "actor" in algorithm.learner_state_keys
+    assert algorithm.metrics and all(algorithm.metrics.values())
+    algorithm.check_params(params)  # the defaults pass their own rules
+    loop = algorithm.load_round_loop()
+    assert callable(loop.run_round) and callable(loop.checkpoint_parts)
+    if algorithm.replay_saving is not None:
+        assert callable(loop.save_replay) and callable(loop.load_replay)
+
+
+def test_a_custom_builder_is_custom():
+    assert actor_kind("my_robot.policies:build") == "custom"
+
+
+def _method_table_fields(heading: str) -> set[str]:
+    """The backticked field names of the first column of the table under ``heading``."""
+    section = METHOD.split(heading, 1)[1]
+    table = section.split("\n\n", 2)[1]
+    fields = set()
+    for row in table.splitlines()[2:]:
+        first_cell = row.split("|")[1]
+        fields.update(re.findall(r"`([a-z_]+)`", first_cell))
+    return fields
+
+
+@pytest.mark.parametrize(
+    ("dataclass_type", "heading"),
+    [
+        (Config, "### Top level"),
+        (EnvConfig, "### `env`"),
+        *[
+            (algorithm.params_type, f"### `algo_params` for `algo: {name}`")
+            for name, algorithm in ALGORITHMS.items()
+        ],
+    ],
+    ids=["config", "env", *ALGORITHMS],
+)
+def test_every_config_field_is_in_method_md(dataclass_type, heading):
+    documented = _method_table_fields(heading)
+    fields = {f.name for f in dataclasses.fields(dataclass_type)}
+    assert fields - documented == set(), f"fields missing from Method.md's {heading} table"
+    assert documented - fields == set(), f"Method.md's {heading} table names unknown fields"
+
+
+@pytest.mark.parametrize(
+    "dataclass_type",
+    [Config, EnvConfig, *(a.params_type for a in ALGORITHMS.values())],
+    ids=["config", "env", *ALGORITHMS],
+)
+def test_every_config_field_carries_its_meaning_where_it_is_defined(dataclass_type):
+    import inspect
+
+    source = inspect.getsource(dataclass_type)
+    tree = ast.parse(source)
+    body = tree.body[0].body
+    documented = {
+        statement.target.id
+        for statement, following in zip(body, body[1:], strict=False)
+        if isinstance(statement, ast.AnnAssign)
+        and isinstance(following, ast.Expr)
+        and isinstance(following.value, ast.Constant)
+        and isinstance(following.value.value, str)
+    }
+    fields = {f.name for f in dataclasses.fields(dataclass_type)}
+    assert fields - documented == set()
