@@ -101,7 +101,8 @@ class Config:
 
     @property
     def transitions_per_round(self) -> int:
-        """Env steps collected by all rollout actors in one round (before topology scaling)."""
+        """Env steps one rollout actor collects in a round (``rollout_length * env.num_envs``);
+        a round of the run is this times the resolved number of rollout actors."""
         return self.rollout_length * self.env.num_envs
 
     def to_dict(self) -> dict[str, Any]:

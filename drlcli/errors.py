@@ -45,7 +45,7 @@ class SemanticsError(CheckpointError):
 
 
 class PolicyActorContractError(DrlError):
-    """A policy actor does not implement the contract of ADR-0017."""
+    """A policy actor does not implement the contract (docs/adr/0017-custom-policy-actors.md)."""
 
 
 class TrainingError(DrlError):

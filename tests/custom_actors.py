@@ -1,4 +1,5 @@
-"""Custom policy actors for the ADR-0017 injection tests (a stand-in for a downstream package)."""
+"""Custom policy actors for the custom-actor injection tests (a stand-in for a downstream
+package)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""FlashSAC components in-process: layers, actor, critic target, learner, ADR-0017 rules."""
+"""FlashSAC components in-process: layers, actor, critic target, learner, custom-actor rules."""
 
 from __future__ import annotations
 
@@ -376,3 +376,22 @@ def test_learner_state_round_trip_restores_schedule_and_networks():
     for name, tensor in learner.critic.state_dict().items():
         torch.testing.assert_close(other.critic.state_dict()[name], tensor)
     torch.testing.assert_close(other.log_temperature, learner.log_temperature)
+
+
+def test_the_collector_runs_in_process_with_a_local_stepper_pool():
+    """The algorithm's classes are plain Python: a round without Ray."""
+    from drlcli.algos.flash_sac.collector import EnvStepper, FlashSACCollector, LocalStepperPool
+    from drlcli.config import EnvConfig
+
+    env = EnvConfig(id="InvertedPendulum-v5", num_envs=2, seed=3)
+    steppers = LocalStepperPool([EnvStepper(0, env), EnvStepper(1, env)], num_envs=2)
+    params = dataclasses.replace(SMALL, warmup_steps=16, batch_size=8, updates_per_env_step=0.5)
+    spec = flash_sac_actor_spec(params, [-3.0], [3.0])
+    collector = FlashSACCollector(spec, steppers, 4, 1, [-3.0], [3.0], params, 0.99, 100)
+    stats, metrics = collector.run(10)
+    assert collector.transitions == 40 and metrics["buffer_size"] == 40.0
+    # Updates start once 16 transitions are in (after 4 steps); then 4 * 0.5 per step.
+    assert metrics["updates"] == 6 * 2
+    assert stats["episodes"] == len(stats["episode_returns"])
+    state = collector.state_dict()
+    assert state["transitions"] == 40 and state["return_scaler"]["count"] == 40.0

@@ -184,3 +184,68 @@ def test_non_finite_data_fails_with_a_training_error(rollout_actor, learner):
     learner.add(trajectory)
     with pytest.raises(TrainingError, match="non-finite"):
         learner.train_step(0.0)
+
+
+def _loss(**overrides):
+    """ppo_loss on a two-sample batch whose ratio is 1 (new log-prob == old)."""
+    from drlcli.algos.ppo.learner import ppo_loss
+
+    inputs = {
+        "new_logprob": torch.tensor([-1.0, -2.0]),
+        "entropy": torch.tensor([1.5, 0.5]),
+        "new_value": torch.tensor([1.0, 0.0]),
+        "old_logprob": torch.tensor([-1.0, -2.0]),
+        "old_value": torch.tensor([0.0, 0.0]),
+        "advantages": torch.tensor([1.0, -1.0]),
+        "returns": torch.tensor([1.0, 1.0]),
+        "params": PPOParams(),
+    }
+    inputs.update(overrides)
+    return ppo_loss(**inputs)
+
+
+def test_ppo_loss_terms_by_hand():
+    loss, stats = _loss()
+    # ratio 1: pg = mean(-A) = 0; v = 0.5 * mean([0, 1]) = 0.25; ent_coef 0: no entropy term.
+    assert float(stats["pg_loss"]) == 0.0
+    assert float(stats["v_loss"]) == 0.25
+    assert float(stats["entropy_loss"]) == 1.0
+    assert float(loss) == pytest.approx(0.5 * 0.25)
+
+
+def test_ppo_loss_clips_the_ratio_pessimistically():
+    # ratio e^1 on a positive advantage: clipped at 1.2; ratio e^-1 on a negative one: 0.8.
+    _, stats = _loss(new_logprob=torch.tensor([0.0, -3.0]))
+    assert float(stats["pg_loss"]) == pytest.approx((-1.2 + 0.8) / 2)
+
+
+def test_ppo_loss_entropy_coefficient_subtracts_the_mean_entropy():
+    params = PPOParams(ent_coef=0.1)
+    loss, _ = _loss(params=params)
+    assert float(loss) == pytest.approx(0.5 * 0.25 - 0.1 * 1.0)
+
+
+def test_ppo_loss_value_clipping_takes_the_worse_of_clipped_and_unclipped():
+    # Sample 0 moved its value from 0 to 1 (its return): unclipped error 0, but the clipped
+    # value 0.2 errs by 0.8, and the max keeps 0.64. Sample 1 did not move: error 1 both ways.
+    loss, stats = _loss(params=PPOParams(clip_value_loss=True))
+    assert float(stats["v_loss"]) == pytest.approx(0.5 * (0.64 + 1.0) / 2)
+    assert float(loss) == pytest.approx(0.5 * float(stats["v_loss"]))
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+def test_advantage_normalisation_makes_the_update_scale_free(rollout_actor, normalize):
+    """Standardised advantages: scaling every advantage by 1000 changes nothing; raw ones: it
+    changes the update."""
+    params = dataclasses.replace(PARAMS, normalize_advantages=normalize, num_minibatches=1)
+    trajectory, _ = rollout_actor.sample(
+        Learner(SPEC, 4, 1, params).network_state(), 32, 0.99, 0.95, None
+    )
+    updates = []
+    for scale in (1.0, 1000.0):
+        learner = Learner(SPEC, 4, 1, params, seed=0)
+        learner.add({**trajectory, "adv": trajectory["adv"] * scale})
+        state, _ = learner.train_step(0.0)
+        updates.append(state["actor"]["mean_network.0.weight"])
+    same = torch.allclose(updates[0], updates[1], rtol=1e-4, atol=1e-6)
+    assert same == normalize

@@ -147,3 +147,18 @@ def test_learners_sample_with_own_parameters_between_syncs_and_average_on_sync(t
             torch.testing.assert_close(ray.get(ref)["actor"][weight], expected["actor"][weight])
     finally:
         loop.close()
+
+
+def test_processes_share_the_cpus_of_a_cluster_that_has_too_few():
+    import ray
+
+    from drlcli.runtime.ray_session import process_resources
+    from drlcli.topology import TrainingTopology
+
+    cpus = ray.cluster_resources()["CPU"]
+    crowded = process_resources(TrainingTopology(2, int(cpus), "cpu", 2))
+    assert crowded.cpu_processes == 2 * int(cpus) + 2
+    assert 0 < crowded.cpu_share <= cpus / crowded.cpu_processes
+    assert crowded.learner == crowded.rollout_actor == {"num_cpus": crowded.cpu_share}
+    roomy = process_resources(TrainingTopology(1, 1, "cuda", 1))  # one CPU process
+    assert roomy.cpu_share == 1.0 and roomy.learner == {"num_gpus": 1.0}

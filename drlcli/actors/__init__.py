@@ -1,1 +1,2 @@
-"""Policy actors: the contract (ADR-0017), the built-in actors, and building one from a spec."""
+"""Policy actors: the contract (docs/adr/0017-custom-policy-actors.md), the built-in actors, and
+building one from a spec."""

@@ -1,4 +1,5 @@
-"""The policy-actor contract of ADR-0017, and its fail-closed validation.
+"""The policy-actor contract (docs/adr/0017-custom-policy-actors.md) and its fail-closed
+validation.
 
 A *policy actor* is the ``nn.Module`` that maps (normalised) observations to actions; it is the
 one instance a learner optimises (``learner.actor``) and the one exploration and export use.

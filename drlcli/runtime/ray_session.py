@@ -56,6 +56,8 @@ class ProcessResources:
     learner: dict[str, float]
     rollout_actor: dict[str, float]
     cpu_share: float  # CPUs per CPU-bound process: 1, or less on a cluster with too few
+    cpu_processes: int  # rollout actors and CPU learners
+    cluster_cpus: float
 
 
 def process_resources(topology: TrainingTopology) -> ProcessResources:
@@ -71,7 +73,13 @@ def process_resources(topology: TrainingTopology) -> ProcessResources:
     if available < cpu_processes:
         share = math.floor(available / cpu_processes * 1e4) / 1e4  # Ray's resource precision
     learner = {"num_gpus": 1.0} if cuda else {"num_cpus": share}
-    return ProcessResources(learner=learner, rollout_actor={"num_cpus": share}, cpu_share=share)
+    return ProcessResources(
+        learner=learner,
+        rollout_actor={"num_cpus": share},
+        cpu_share=share,
+        cpu_processes=cpu_processes,
+        cluster_cpus=available,
+    )
 
 
 def get_or_raise(refs: Any) -> Any:

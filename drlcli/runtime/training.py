@@ -42,7 +42,7 @@ from drlcli.errors import CheckpointError, UsageError
 from drlcli.metrics import MetricsWriter, metric_columns
 from drlcli.normalization import DEFAULT_OBSERVATION_CLIP
 from drlcli.runtime.progress import TrainingProgress
-from drlcli.runtime.ray_session import ray_session
+from drlcli.runtime.ray_session import process_resources, ray_session
 from drlcli.topology import AvailableDevices, TrainingTopology, detect_available_devices
 from drlcli.topology import topology_for_config as resolve_for
 
@@ -105,6 +105,15 @@ def train(
     with ray_session(address, num_cpus=num_cpus):
         if address and devices is None:
             topology = resolve_for(config, _cluster_devices())
+        resources = process_resources(topology)
+        if resources.cpu_share < 1.0:
+            console.print(
+                f"note: {resources.cluster_cpus:g} CPUs in the Ray cluster for "
+                f"{resources.cpu_processes} rollout actors and CPU learners: each gets "
+                f"{resources.cpu_share:g} of a CPU",
+                style="yellow",
+                highlight=False,
+            )
         steps_per_round = topology.num_actors * config.env.num_envs * config.rollout_length
         progress = dataclasses.replace(stored.progress) if stored is not None else RunProgress()
         # Counted in env steps, so a resume may change the round size (more rollout actors).

@@ -55,32 +55,34 @@ def check_params(params: FlashSACParams) -> None:
 
 
 def resolve_cuda_graph(params: FlashSACParams, spec: ActorSpec, device: Any) -> bool:
-    """Whether the whole update cycle runs as one captured CUDA graph on ``device``.
+    """Whether the whole update cycle runs as one captured CUDA graph on ``device``: the rules
+    that need the learner device (the rest are ``check_params``'s, at config load).
 
-    null means auto: on for an NVIDIA CUDA device. A custom actor cannot be captured, so the
-    auto default refuses it there (an explicit request was refused by ``check_params``).
+    null means auto: on for an NVIDIA CUDA device, where a custom actor is refused (it cannot
+    be captured; an explicit request with one was refused at config load).
 
     Raises:
-        ConfigError: the graph is requested without a CUDA device, or auto meets a custom actor.
+        ConfigError: auto meets a custom actor on NVIDIA CUDA, or the graph is requested
+            without a CUDA device.
     """
     import torch
 
     device = torch.device(device)
     nvidia = device.type == "cuda" and torch.version.cuda is not None
-    explicit = params.use_whole_cycle_cuda_graph
-    wanted = nvidia if explicit is None else explicit
-    if wanted and spec.kind == "custom":
-        source = "explicitly" if explicit else "by default on NVIDIA CUDA"
-        raise ConfigError(
-            f"algo_params.use_whole_cycle_cuda_graph is on ({source}) but actor_config names a "
-            "custom actor, which cannot be captured; set use_whole_cycle_cuda_graph: false"
-        )
-    if wanted and device.type != "cuda":
+    if params.use_whole_cycle_cuda_graph is None:
+        if nvidia and spec.kind == "custom":
+            raise ConfigError(
+                "algo_params.use_whole_cycle_cuda_graph is on (by default on NVIDIA CUDA) but "
+                "actor_config names a custom actor, which cannot be captured; set "
+                "use_whole_cycle_cuda_graph: false"
+            )
+        return nvidia
+    if params.use_whole_cycle_cuda_graph and device.type != "cuda":
         raise ConfigError(
             "algo_params.use_whole_cycle_cuda_graph: true needs a CUDA learner device; "
             f"this learner runs on {device.type} (use null for automatic)"
         )
-    return wanted
+    return params.use_whole_cycle_cuda_graph
 
 
 def _return_scaler_problem(state: Any) -> str | None:
