@@ -104,7 +104,8 @@ class Checkpoint:
         algo: the registered algorithm that trained it.
         actor: the policy actor's state_dict (learner 0's).
         actor_semantics: ``{schema_version, kind, builder, kwargs, obs_dim, action_dim,
-            action_transform}``, checked before any weight is loaded.
+            action_transform}``, checked (``validate_actor_semantics``) before any weight is
+            loaded; read as stored, so that the check can say what is wrong with it.
         env: the task.
         progress: the counters resume continues from.
         config: the resolved config as plain data.
@@ -117,7 +118,7 @@ class Checkpoint:
 
     algo: str
     actor: dict[str, torch.Tensor]
-    actor_semantics: dict[str, Any]
+    actor_semantics: dict[str, Any] | None  # None only in a file that readers then refuse
     env: EnvRecord
     progress: RunProgress
     config: dict[str, Any]

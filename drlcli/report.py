@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from drlcli.algos.registry import get_algorithm
 from drlcli.config import Config
 
 
@@ -36,6 +37,10 @@ def render_dry_run(config: Config, console: Console) -> None:
     facts = describe(env)
     episode_limit = env.spec.max_episode_steps if env.spec is not None else None
     env.close()
+    algorithm = get_algorithm(config.algo)
+    spec = algorithm.actor_spec(config.algo_params, facts.action_low, facts.action_high)
+    # The rules that need the learner device (a CUDA graph, say), as training checks them.
+    algorithm.check_learner_device(config.algo_params, spec, topology.learner_device)
 
     table = Table(title=f"config {config.name}", show_header=True, header_style="bold")
     table.add_column("key")
@@ -57,6 +62,8 @@ def render_dry_run(config: Config, console: Console) -> None:
     layout = Table(title="topology", header_style="bold")
     layout.add_column("property")
     layout.add_column("value")
+    layout.add_row("algorithm", escape(f"{algorithm.name}: {algorithm.summary}"))
+    layout.add_row("policy actor", escape(f"{spec.builder} ({spec.kind})"))
     layout.add_row("visible CUDA devices", str(devices.cuda_devices))
     layout.add_row("learners", f"{topology.num_learners} on {topology.learner_device}")
     if topology.num_learners < topology.requested_learners:

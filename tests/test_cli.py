@@ -119,3 +119,14 @@ def test_error_text_is_printed_verbatim_not_as_markup(write_config):
     result = runner.invoke(app, ["train", "--dry-run", str(write_config('"[b]": 1\n'))])
     assert result.exit_code == 2
     assert "[b]: unknown key" in result.output
+
+
+def test_dry_run_checks_the_learner_device_rules(write_config, monkeypatch):
+    import drlcli.topology
+
+    no_gpu = drlcli.topology.AvailableDevices(cuda_devices=0, mps=False)
+    monkeypatch.setattr(drlcli.topology, "detect_available_devices", lambda: no_gpu)
+    text = "algo: flash_sac\nalgo_params: {use_whole_cycle_cuda_graph: true}\n"
+    result = runner.invoke(app, ["train", "--dry-run", str(write_config(text))])
+    assert result.exit_code == 2
+    assert "use_whole_cycle_cuda_graph: true needs a CUDA learner device" in result.output

@@ -1,10 +1,10 @@
-"""``drl train``: the round loop of Method.md on a Ray topology.
+"""``drl train``: the driver of every algorithm's round loop on a Ray topology.
 
-Each round: every rollout actor samples with its learner's parameters and the global observation
-statistics; the driver merges the rounds' observation increments and the ParameterServer merges
-them once into the history; each learner trains on its own rollout actors' trajectories; on a
-sync round the ParameterServer averages all learners' parameters and every learner loads them.
-Then one metrics row, the latest checkpoint, and the best checkpoint when the return improved.
+``train`` looks the config's algorithm up in the registry, builds its policy actor once (a broken
+custom actor fails before anything starts), checks a resumed checkpoint with ``check_fits``, then
+starts Ray and the algorithm's ``RoundLoop``. Each round: ``run_round`` (sampling, statistics,
+training, synchronisation: the algorithm's), then one metrics row, the latest checkpoint, and the
+best checkpoint when the mean training return improved. Ctrl-C finishes the round in progress.
 """
 
 from __future__ import annotations
