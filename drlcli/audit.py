@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from drlcli import __version__
+from drlcli.actors.memory import describe_memory, format_bytes, tensor_bytes
 from drlcli.actors.spec import BUILDER_PATTERN, ActorSpec, resolve_builder
 from drlcli.checkpoint import (
     Checkpoint,
@@ -250,6 +251,21 @@ def _check_learner_states(payload: dict) -> str:
     )
 
 
+def _check_inference_memory(payload: dict) -> str:
+    checkpoint = _record(payload)
+    declared = checkpoint.inference_memory
+    if declared is None:
+        raise _Warned("not recorded (written by a drl before checkpoints recorded it)")
+    stored = tensor_bytes(checkpoint.actor)
+    if stored > sum(declared.values()):
+        raise _Failed(
+            f"the actor's tensors hold {format_bytes(stored)}, more than the "
+            f"{format_bytes(sum(declared.values()))} its inference_startup_memory_categories() "
+            "declared"
+        )
+    return describe_memory(declared) + f"; the stored actor holds {format_bytes(stored)}"
+
+
 def _check_versions(payload: dict) -> str:
     versions = payload["versions"]
     written = versions.get("drl")
@@ -269,5 +285,6 @@ _CHECKS: list[tuple[str, Callable[[dict], str]]] = [
     ("finite tensors", _check_finite),
     ("progress counters", _check_progress),
     ("resume state", _check_learner_states),
+    ("inference memory", _check_inference_memory),
     ("library versions", _check_versions),
 ]

@@ -114,6 +114,9 @@ class Checkpoint:
         obs_rms_state: ``{mean, var [obs_dim] tensors, count}`` or None (no running statistics).
         observation_clip: clip of standardised observations.
         versions: library versions that wrote it.
+        inference_memory: the bytes per category the actor declared it needs to start
+            inference (``inference_startup_memory_categories``); None in checkpoints written
+            before drl recorded it.
     """
 
     algo: str
@@ -126,6 +129,7 @@ class Checkpoint:
     obs_rms_state: dict[str, Any] | None = None
     observation_clip: float = DEFAULT_OBSERVATION_CLIP
     versions: dict[str, str] = field(default_factory=current_versions)
+    inference_memory: dict[str, int] | None = None
 
     @property
     def algorithm(self) -> Algorithm:
@@ -146,6 +150,7 @@ class Checkpoint:
             "config": self.config,
             "learner_states": _to_tensors(self.learner_states),
             "versions": self.versions,
+            "inference_memory": self.inference_memory,
         }
 
     @staticmethod
@@ -202,7 +207,21 @@ class Checkpoint:
             obs_rms_state=obs_rms,
             observation_clip=float(payload.get("observation_clip", DEFAULT_OBSERVATION_CLIP)),
             versions=_field(payload, "versions", dict, source),
+            inference_memory=_inference_memory(payload.get("inference_memory"), source),
         )
+
+
+def _inference_memory(value: Any, source: str) -> dict[str, int] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0
+        for k, v in value.items()
+    ):
+        raise CheckpointError(
+            f"{source}: checkpoint 'inference_memory' must map categories to byte counts"
+        )
+    return dict(value)
 
 
 def _field(payload: Mapping[str, Any], key: str, kind: type, source: str) -> Any:

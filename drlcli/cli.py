@@ -172,6 +172,7 @@ def play(
     """
 
     def body() -> None:
+        from drlcli.actors.memory import describe_memory
         from drlcli.errors import UsageError
         from drlcli.play import load_play_actor, play_in_window, record_video, run_episodes
         from drlcli.report import render_episodes
@@ -193,6 +194,10 @@ def play(
             results = run_episodes(policy, episodes, seed, deterministic)
         mode = "deterministic transform(mean)" if deterministic else "stochastic explore"
         render_episodes(results, f"{policy.env_id}: {checkpoint} ({mode})", stdout)
+        stdout.print(
+            escape(f"inference memory: {describe_memory(policy.inference_memory)}"),
+            highlight=False,
+        )
 
     _run(body)
 

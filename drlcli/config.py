@@ -240,6 +240,15 @@ def _build_dataclass(
             near = _closest(str(key), fields)
             hint = f"; did you mean {near!r}?" if near else ""
             raise ConfigError(f"{_join(path, str(key))}: unknown key{hint}")
+    missing = [
+        name
+        for name, spec in fields.items()
+        if name not in raw
+        and spec.default is dataclasses.MISSING
+        and spec.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise ConfigError(f"{_join(path, missing[0])}: required; set it")
     values = {}
     for name, value in raw.items():
         key_path = _join(path, name)

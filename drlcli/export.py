@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from drlcli import __version__
+from drlcli.actors.memory import format_bytes, module_bytes
 from drlcli.atomic import atomic_output
 from drlcli.errors import ExportError, UsageError
 from drlcli.normalization import VARIANCE_EPSILON, RmsState
@@ -56,6 +57,8 @@ class ExportSummary:
     latency_batch1_ms: float
     parity_samples: int
     normalization: str
+    inference_memory: dict[str, int]  # declared by the actor, bytes per category
+    export_module_bytes: int  # parameters and buffers of its export module
 
 
 def export_onnx(
@@ -82,9 +85,16 @@ def export_onnx(
     if not 17 <= opset <= 23:
         raise UsageError(f"--opset {opset}: supported opsets are 17 to 23")
     policy = load_play_actor(checkpoint, allow_builders=allow_builders)
-    module = NormalizedPolicy(
-        policy.actor.as_export_module(), policy.obs_rms, policy.observation_clip
-    )
+    export_module = policy.actor.as_export_module()
+    export_bytes = module_bytes(export_module)
+    declared = sum(policy.inference_memory.values())
+    if export_bytes > declared:
+        raise ExportError(
+            f"the export module holds {format_bytes(export_bytes)} of parameters and buffers, "
+            f"more than the {format_bytes(declared)} the actor declares in "
+            "inference_startup_memory_categories(); a deployment sized by it would fail"
+        )
+    module = NormalizedPolicy(export_module, policy.obs_rms, policy.observation_clip)
     module.eval()
     obs_dim = policy.facts.obs_dim
     observations = _parity_observations(policy, parity_steps)
@@ -126,6 +136,8 @@ def export_onnx(
         latency_batch1_ms=latency,
         parity_samples=len(observations),
         normalization=_normalization(policy),
+        inference_memory=policy.inference_memory,
+        export_module_bytes=export_bytes,
     )
 
 

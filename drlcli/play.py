@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from drlcli.actors.contract import declared_inference_memory
 from drlcli.actors.spec import ActorSpec, actor_semantics, build_policy_actor
 from drlcli.checkpoint import Checkpoint, check_fits, read_checkpoint, validate_actor_semantics
 from drlcli.envs import EnvFacts, env_facts, make_env
@@ -34,6 +35,7 @@ class PlayPolicy:
         facts: that environment's spaces.
         max_episode_steps: the time limit training used (None: the task's own).
         checkpoint: the whole checkpoint.
+        inference_memory: bytes per category the rebuilt actor declares it needs for inference.
     """
 
     actor: torch.nn.Module
@@ -44,6 +46,7 @@ class PlayPolicy:
     facts: EnvFacts
     max_episode_steps: int | None
     checkpoint: Checkpoint
+    inference_memory: dict[str, int]
 
     def make_env(self, **overrides: Any) -> Any:
         """The policy's environment as training made it; ``overrides`` (render_mode, width,
@@ -105,7 +108,9 @@ def load_play_actor(
     env.close()
     check_fits(checkpoint, facts, source)
 
-    actor = build_policy_actor(spec, facts.obs_dim, facts.action_dim)
+    actor = build_policy_actor(
+        spec, facts.obs_dim, facts.action_dim, "cpu", facts.action_low, facts.action_high
+    )
     rebuilt = actor_semantics(spec, facts.obs_dim, facts.action_dim, actor.action_transform_id)
     validate_actor_semantics(semantics, rebuilt, source=source)
     try:
@@ -126,6 +131,7 @@ def load_play_actor(
         facts=facts,
         max_episode_steps=checkpoint.env.max_episode_steps,
         checkpoint=checkpoint,
+        inference_memory=declared_inference_memory(actor),
     )
 
 

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from drlcli.actors.memory import describe_memory, format_bytes
 from drlcli.algos.registry import get_algorithm
 from drlcli.config import Config
 
@@ -139,4 +140,11 @@ def render_export(summary: Any, console: Console) -> None:
         f"{summary.max_abs_error:.2e} over {summary.parity_samples} observations",
     )
     table.add_row("onnxruntime latency, batch 1", f"{summary.latency_batch1_ms:.3f} ms (median)")
+    table.add_row(
+        "inference memory",
+        escape(
+            f"{describe_memory(summary.inference_memory)}; the export module holds "
+            f"{format_bytes(summary.export_module_bytes)}"
+        ),
+    )
     console.print(table)

@@ -71,13 +71,14 @@ def ppo_checkpoint_payload():
     """A real PPO checkpoint payload (fresh learner, InvertedPendulum), built without Ray."""
     import numpy as np
 
+    from drlcli.actors.contract import declared_inference_memory
     from drlcli.actors.spec import actor_semantics
     from drlcli.algos.ppo.algorithm import PPO, gaussian_actor_spec
     from drlcli.algos.ppo.learner import Learner
     from drlcli.checkpoint import RunProgress
     from drlcli.config import config_from_dict
     from drlcli.envs import env_facts, make_env
-    from drlcli.runtime.training import build_checkpoint
+    from drlcli.runtime.training import ProbedActor, build_checkpoint
 
     config = config_from_dict(
         {"env": {"id": "InvertedPendulum-v5"}, "algo_params": {"hidden_sizes": [8, 8]}},
@@ -89,8 +90,9 @@ def ppo_checkpoint_payload():
     semantics = actor_semantics(spec, facts.obs_dim, facts.action_dim, "clip")
     obs_rms = {"mean": np.arange(4.0), "var": np.ones(4), "count": 100.0}
     progress = RunProgress(round=3, env_steps=6144, wall_time_s=1.5, best_return=12.5)
+    actor = ProbedActor(spec, semantics, [], declared_inference_memory(learner.actor))
     return build_checkpoint(
-        PPO, config, semantics, facts, progress, obs_rms, [learner.state_dict()]
+        PPO, config, actor, facts, progress, obs_rms, [learner.state_dict()]
     ).to_payload()
 
 

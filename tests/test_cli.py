@@ -130,3 +130,11 @@ def test_dry_run_checks_the_learner_device_rules(write_config, monkeypatch):
     result = runner.invoke(app, ["train", "--dry-run", str(write_config(text))])
     assert result.exit_code == 2
     assert "use_whole_cycle_cuda_graph: true needs a CUDA learner device" in result.output
+
+
+def test_a_malformed_actor_config_is_one_line_and_exit_2(write_config):
+    text = "algo: flash_sac\nalgo_params: {actor_config: {kwargs: {width: 3}}}\n"
+    result = runner.invoke(app, ["train", str(write_config(text))])
+    assert result.exit_code == 2
+    assert result.output.strip().count("\n") == 0
+    assert "algo_params.actor_config.builder: required; set it" in result.output

@@ -31,6 +31,11 @@ def test_export_writes_a_checked_graph_with_metadata(checkpoint_file, tmp_path):
     assert metadata["drl.env_id"] == "InvertedPendulum-v5"
     assert metadata["drl.algo"] == "ppo"
     assert metadata["drl.normalization"] == "frozen observation statistics"
+    assert summary.inference_memory == {
+        "parameters": 8 * 4 * 4 + 8 * 4 + 8 * 8 * 4 + 8 * 4 + 8 * 4 + 4 + 4,
+        "buffers": 8,
+    }
+    assert summary.export_module_bytes <= sum(summary.inference_memory.values())
     session = onnxruntime.InferenceSession(str(out), providers=["CPUExecutionProvider"])
     assert [i.name for i in session.get_inputs()] == ["obs"]
     for batch in (1, 64):
@@ -98,3 +103,18 @@ def test_export_command_summary_and_exit_codes(checkpoint_file, tmp_path):
     assert missing.exit_code == 1 and "checkpoint not found" in missing.output
     bad = runner.invoke(app, ["export", str(checkpoint_file()), str(tmp_path / "x.bin")])
     assert bad.exit_code == 2
+
+
+def test_an_actor_that_understates_its_inference_memory_is_not_exported(
+    checkpoint_file, tmp_path, monkeypatch
+):
+    from drlcli.actors.gaussian import GaussianPolicyActor
+
+    path = checkpoint_file()
+    monkeypatch.setattr(
+        GaussianPolicyActor, "inference_startup_memory_categories", lambda self: {"weights": 64}
+    )
+    out = tmp_path / "policy.onnx"
+    with pytest.raises(ExportError, match=r"holds .* more than the 64 B the actor declares"):
+        export_onnx(path, out)
+    assert not out.exists()

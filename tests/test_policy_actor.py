@@ -1,15 +1,17 @@
 from __future__ import annotations
 
 import math
+import random
 
 import numpy as np
 import pytest
 import torch
 from torch import nn
 
-from drlcli.actors.contract import validate_policy_actor
+from drlcli.actors.contract import validate_on_policy_actor, validate_policy_actor
 from drlcli.actors.gaussian import GaussianPolicyActor, build_gaussian_actor
 from drlcli.actors.spec import ActorSpec, actor_semantics, build_policy_actor
+from drlcli.algos.flash_sac.actor import FlashSACActor
 from drlcli.errors import PolicyActorContractError
 
 GAUSSIAN = "drlcli.actors.gaussian:build_gaussian_actor"
@@ -155,3 +157,114 @@ def test_semantics_are_plain_json_data():
     }
     assert ActorSpec("my_pkg.actors:build").kind == "custom"
     np.testing.assert_equal(semantics["kwargs"]["action_low"], [-1.0, -2.0])
+
+
+class _RandomStreamsActor(GaussianPolicyActor):
+    """Draws from numpy's and Python's global generators too, as some downstream code does."""
+
+    def forward(self, obs, training=False):
+        np.random.random()
+        random.random()
+        return super().forward(obs, training)
+
+    def explore(self, obs, dones=None, deterministic=False):
+        np.random.random()
+        random.random()
+        return super().explore(obs, dones, deterministic)
+
+
+def test_validation_leaves_every_random_stream_as_it_was():
+    actor = _RandomStreamsActor(3, 2, BOUNDS["action_low"], BOUNDS["action_high"])
+
+    def seed_all():
+        torch.manual_seed(7)
+        np.random.seed(7)
+        random.seed(7)
+
+    def draws():
+        return (torch.rand(3).tolist(), np.random.random(3).tolist(), random.random())
+
+    seed_all()
+    expected = draws()
+    seed_all()
+    validate_policy_actor(actor, 3, 2, **BOUNDS)
+    assert draws() == expected
+
+
+class _WideTanhActor(FlashSACActor):
+    """Overshoots: bias + 1.5 * range * tanh(u) leaves the bounds away from the centre."""
+
+    action_transform_id = "tanh_affine_wide"
+
+    def transform(self, u):
+        return self.action_bias + 1.5 * self.action_range * torch.tanh(u)
+
+
+class _WideExportActor(FlashSACActor):
+    """Only the export module overshoots (twice the deterministic action)."""
+
+    def as_export_module(self):
+        inner = super().as_export_module()
+
+        class Doubled(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.inner = inner
+
+            def forward(self, obs):
+                return 2.0 * self.inner(obs) + 5.0
+
+        return Doubled()
+
+
+@pytest.mark.parametrize(
+    ("actor_type", "message"),
+    [
+        (_WideTanhActor, "forward(training=False) returned action"),
+        (_WideExportActor, "as_export_module()(obs) returned action"),
+    ],
+)
+def test_actions_outside_the_bounds_are_refused_naming_the_method_and_bound(actor_type, message):
+    torch.manual_seed(0)
+    low, high = [-0.4, 0.0], [0.4, 2.0]
+    actor = actor_type(4, 2, low, high, hidden_dim=16, num_blocks=1)
+    if actor_type is _WideTanhActor:
+        validate_policy_actor(actor, 4, 2)  # consistent with itself: only the bounds tell
+    with pytest.raises(PolicyActorContractError) as error:
+        validate_policy_actor(actor, 4, 2, low, high)
+    assert message in str(error.value)
+    assert "outside the environment's action_" in str(error.value)
+
+
+def test_the_clip_transform_is_the_runtimes_so_forward_may_leave_the_bounds():
+    actor = make_actor(init_log_std=2.0)  # wide samples: forward leaves [-1, 1] at once
+    validate_policy_actor(actor, 3, 2, **BOUNDS)
+
+
+def test_ppo_needs_log_prob_and_entropy_consistent_with_forward():
+    validate_on_policy_actor(make_actor(), 3, 2)
+    flash = FlashSACActor(3, 2, [-1.0, -1.0], [1.0, 1.0], hidden_dim=16, num_blocks=1)
+    with pytest.raises(
+        PolicyActorContractError, match=r"lacks log_prob_and_entropy\(obs, actions\)"
+    ):
+        validate_on_policy_actor(flash, 3, 2)
+    skewed = make_actor()
+    original = skewed.log_prob_and_entropy
+    skewed.log_prob_and_entropy = lambda obs, actions: (
+        original(obs, actions)[0] + 0.1,
+        original(obs, actions)[1],
+    )
+    with pytest.raises(PolicyActorContractError, match="must equal forward's info"):
+        validate_on_policy_actor(skewed, 3, 2)
+
+
+def test_a_ppo_learner_refuses_an_actor_without_the_on_policy_method():
+    from drlcli.algos.ppo.learner import Learner
+    from drlcli.algos.ppo.params import PPOParams
+
+    spec = ActorSpec(
+        "drlcli.algos.flash_sac.actor:build_flash_sac_actor",
+        {"action_low": [-1.0], "action_high": [1.0], "hidden_dim": 8, "num_blocks": 1},
+    )
+    with pytest.raises(PolicyActorContractError, match="which PPO needs"):
+        Learner(spec, 3, 1, PPOParams())

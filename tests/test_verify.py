@@ -23,7 +23,7 @@ def test_a_good_checkpoint_passes_every_check(checkpoint_file):
     report = audit_checkpoint(checkpoint_file())
     assert not report.failed
     assert all(check.status == "PASS" for check in report.checks), report.checks
-    assert report.verdict.startswith("PASS: all 11 checks passed")
+    assert report.verdict.startswith("PASS: all 12 checks passed")
 
 
 def _set_semantics(**changes):
@@ -53,6 +53,14 @@ def _no_optimizer(payload):
 def _bad_reward_moments(payload):
     moments = {"mean": torch.zeros(3), "var": torch.ones(3), "count": 5.0}
     payload["learner_states"][0]["reward_scalers"] = [moments]
+
+
+def _understated_memory(payload):
+    payload["inference_memory"] = {"parameters": 16}
+
+
+def _malformed_memory(payload):
+    payload["inference_memory"] = {"parameters": "a lot"}
 
 
 def _negative_var(payload):
@@ -103,6 +111,8 @@ def _no_semantics(payload):
         (_no_optimizer, "resume state", "learner_states[0] lacks optimizer"),
         (_env_kwargs_not_a_mapping, "format and fields", "env.kwargs: expected a mapping"),
         (_bad_reward_moments, "resume state", "reward_scalers[0] has the wrong shape"),
+        (_understated_memory, "inference memory", "more than the 16 B its inference_startup"),
+        (_malformed_memory, "format and fields", "'inference_memory' must map categories"),
     ],
 )
 def test_each_defect_fails_its_check_with_the_reason(checkpoint_file, modify, check, reason):
@@ -135,12 +145,12 @@ def test_custom_builder_is_a_warning_and_is_never_imported(checkpoint_file, tmp_
 def test_cli_table_verdict_and_exit_codes(checkpoint_file, tmp_path):
     result = runner.invoke(app, ["verify", str(checkpoint_file())], env={"COLUMNS": "200"})
     assert result.exit_code == 0
-    assert "PASS: all 11 checks passed" in result.output and "finite tensors" in result.output
+    assert "PASS: all 12 checks passed" in result.output and "finite tensors" in result.output
 
     bad = checkpoint_file(_nan_weight, name="bad.pt")
     result = runner.invoke(app, ["verify", str(bad)], env={"COLUMNS": "200"})
     assert result.exit_code == 1
-    assert "FAIL: 1 of 11 checks failed" in result.output
+    assert "FAIL: 1 of 12 checks failed" in result.output
 
     garbage = tmp_path / "garbage.pt"
     garbage.write_bytes(b"\x00\x01 not a checkpoint")
@@ -157,3 +167,15 @@ def test_cli_json_output(checkpoint_file):
     assert report["ok"] is False
     failed = [c for c in report["checks"] if c["status"] == "FAIL"]
     assert [c["name"] for c in failed] == ["observation statistics"]
+
+
+def test_inference_memory_is_reported_per_category_and_absent_is_a_warning(checkpoint_file):
+    status, detail = statuses(checkpoint_file())["inference memory"]
+    assert status == "PASS"
+    assert detail.startswith("parameters ") and "buffers " in detail and "(declared)" in detail
+
+    def older(payload):
+        del payload["inference_memory"]
+
+    status, detail = statuses(checkpoint_file(older, name="older.pt"))["inference memory"]
+    assert status == "WARN" and "not recorded" in detail

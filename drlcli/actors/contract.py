@@ -21,13 +21,27 @@ Required surface (``B`` = batch, ``O`` = obs_dim, ``A`` = action_dim):
 - ``inference_startup_memory_categories() -> dict[str, int]``: bytes per memory category
   (parameters, buffers) needed to start inference.
 - ``action_transform_id: str``, non-empty: names the action transform in ``actor_semantics``.
+
+Given the environment's action bounds, the smoke test also requires ``explore`` (both modes),
+the export module and ``forward`` to return actions inside them, except ``forward`` under a
+transform the runtime applies to its samples (``ENV_SIDE_TRANSFORMS``: PPO's ``clip``).
+
+An on-policy learner (PPO) needs one more method, checked by ``validate_on_policy_actor``:
+
+- ``log_prob_and_entropy(obs [B, O], actions [B, A]) -> (log_prob [B], entropy [B])`` of
+  actions ``forward`` returned, equal to forward's ``info["log_prob"]`` (so the first PPO ratio
+  of a round is exactly 1).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from typing import Any
+import random
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -43,6 +57,21 @@ REQUIRED_METHODS = (
 )
 
 SMOKE_BATCH = 3
+# Transforms the runtime applies to forward()'s samples before env.step (prepare_action): the
+# actor's forward() returns pre-transform samples, explore() and export return env actions.
+ENV_SIDE_TRANSFORMS = frozenset({"clip"})
+# Relative slack of the bounds check (float32 rounding of bias + range * tanh(u), say).
+BOUNDS_TOLERANCE = 1e-5
+
+
+class OnPolicyActor(Protocol):
+    """What an on-policy learner (PPO) calls beyond the contract."""
+
+    def log_prob_and_entropy(
+        self, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-prob ``[B]`` of stored ``forward`` actions and the policy entropy ``[B]``."""
+        ...
 
 
 def module_memory_bytes(module: nn.Module) -> dict[str, int]:
@@ -54,12 +83,24 @@ def module_memory_bytes(module: nn.Module) -> dict[str, int]:
     }
 
 
-def validate_policy_actor(actor: Any, obs_dim: int, action_dim: int) -> None:
+def validate_policy_actor(
+    actor: Any,
+    obs_dim: int,
+    action_dim: int,
+    action_low: Sequence[float] | None = None,
+    action_high: Sequence[float] | None = None,
+) -> None:
     """Check an actor against the contract with a smoke forward/explore/export.
 
     The smoke test runs on a deep copy (or, for an actor that cannot be copied, in place with
-    parameters, buffers and training flag restored), and torch's global RNG state is restored,
-    so validating changes nothing a later run could observe.
+    parameters, buffers and training flag restored), and every global random stream (torch's
+    CPU and CUDA generators, numpy's, Python's) is restored, so validating changes nothing a
+    later run could observe.
+
+    Args:
+        action_low, action_high: the environment's bounds ``[action_dim]``; when given, the
+            actions of explore (both modes), the export module and forward (unless its
+            transform is applied by the runtime) must lie inside them.
 
     Raises:
         PolicyActorContractError: naming the first missing or wrong piece.
@@ -76,33 +117,107 @@ def validate_policy_actor(actor: Any, obs_dim: int, action_dim: int) -> None:
             f"policy actor {name}: action_transform_id must be a non-empty string, "
             f"got {transform_id!r}"
         )
+    bounds = None
+    if action_low is not None and action_high is not None:
+        bounds = (
+            torch.as_tensor(action_low, dtype=torch.float32).reshape(-1),
+            torch.as_tensor(action_high, dtype=torch.float32).reshape(-1),
+        )
+    with _on_a_copy(actor) as probe:
+        _smoke(probe, name, obs_dim, action_dim, bounds)
 
-    saved_rng = torch.get_rng_state()
-    try:
-        # Smoke-test a copy: the actor itself (parameters, buffers, exploration state) is left
-        # exactly as it was. Actors that cannot be copied are tested in place and restored.
-        probe = copy.deepcopy(actor)
-    except Exception:
-        probe = None
-    try:
+
+def validate_on_policy_actor(actor: Any, obs_dim: int, action_dim: int) -> None:
+    """Check what an on-policy learner (PPO) needs beyond the contract (``OnPolicyActor``):
+    ``log_prob_and_entropy`` exists, returns ``[B]`` tensors, and gives forward's own log-prob
+    for forward's actions. Leaves no trace, as ``validate_policy_actor``.
+
+    Raises:
+        PolicyActorContractError: naming the missing or wrong piece.
+    """
+    name = type(actor).__name__
+    if not callable(getattr(actor, "log_prob_and_entropy", None)):
+        raise PolicyActorContractError(
+            f"policy actor {name} lacks log_prob_and_entropy(obs, actions), which PPO needs "
+            "(drlcli/actors/contract.py, OnPolicyActor)"
+        )
+    with _on_a_copy(actor) as probe, torch.no_grad():
+        obs = _smoke_observations(probe, obs_dim)
+        actions, info = probe(obs, training=False)
+        result = probe.log_prob_and_entropy(obs, actions)
+        if not (isinstance(result, tuple) and len(result) == 2):
+            raise PolicyActorContractError(
+                f"policy actor {name}: log_prob_and_entropy must return (log_prob, entropy)"
+            )
+        for what, value in zip(("log_prob", "entropy"), result, strict=True):
+            if not isinstance(value, torch.Tensor) or tuple(value.shape) != (SMOKE_BATCH,):
+                raise PolicyActorContractError(
+                    f"policy actor {name}: log_prob_and_entropy {what} must be a Tensor of "
+                    f"shape [batch]={SMOKE_BATCH}, got {_shape_of(value)}"
+                )
+        if not torch.allclose(result[0], info["log_prob"], rtol=1e-4, atol=1e-5):
+            raise PolicyActorContractError(
+                f"policy actor {name}: log_prob_and_entropy(obs, a) must equal forward's "
+                "info['log_prob'] for forward's own actions a (else the first PPO ratio is not 1)"
+            )
+
+
+@contextlib.contextmanager
+def _on_a_copy(actor: Any) -> Iterator[Any]:
+    """A deep copy to smoke-test (the actor, its parameters, buffers and exploration state stay
+    as they were), or the actor itself, restored afterwards, when it cannot be copied; every
+    global random stream is restored either way."""
+    with _random_streams_restored():
+        try:
+            probe = copy.deepcopy(actor)
+        except Exception:
+            probe = None
         if probe is not None:
-            _smoke(probe, name, obs_dim, action_dim)
-        else:
-            saved_state = copy.deepcopy(actor.state_dict())
-            saved_training = actor.training
-            try:
-                _smoke(actor, name, obs_dim, action_dim)
-            finally:
-                actor.load_state_dict(saved_state)
-                actor.train(saved_training)
+            yield probe
+            return
+        saved_state = copy.deepcopy(actor.state_dict())
+        saved_training = actor.training
+        try:
+            yield actor
+        finally:
+            actor.load_state_dict(saved_state)
+            actor.train(saved_training)
+
+
+@contextlib.contextmanager
+def _random_streams_restored() -> Iterator[None]:
+    numpy_state = np.random.get_state()
+    python_state = random.getstate()
+    cuda_devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    try:
+        with torch.random.fork_rng(devices=cuda_devices):  # CPU and CUDA generators
+            yield
     finally:
-        torch.set_rng_state(saved_rng)
+        np.random.set_state(numpy_state)
+        random.setstate(python_state)
 
 
-def _smoke(actor: Any, name: str, obs_dim: int, action_dim: int) -> None:
+def _smoke_observations(actor: Any, obs_dim: int) -> torch.Tensor:
+    """Zeros and two spread-out observations (a private generator: no global stream moves),
+    so a transform that overshoots the bounds away from zero is met."""
     device = next((p.device for p in actor.parameters()), torch.device("cpu"))
-    obs = torch.zeros(SMOKE_BATCH, obs_dim, device=device)
+    generator = torch.Generator().manual_seed(0)
+    spread = torch.randn(SMOKE_BATCH - 1, obs_dim, generator=generator) * 3.0
+    return torch.cat([torch.zeros(1, obs_dim), spread]).to(device)
+
+
+def _smoke(
+    actor: Any,
+    name: str,
+    obs_dim: int,
+    action_dim: int,
+    bounds: tuple[torch.Tensor, torch.Tensor] | None,
+) -> None:
+    obs = _smoke_observations(actor, obs_dim)
+    device = obs.device
     expected = (SMOKE_BATCH, action_dim)
+    if bounds is not None:
+        bounds = (bounds[0].to(device), bounds[1].to(device))
 
     for training in (False, True):
         with torch.set_grad_enabled(training):
@@ -113,6 +228,8 @@ def _smoke(actor: Any, name: str, obs_dim: int, action_dim: int) -> None:
             )
         actions, info = result
         _check_shape(name, f"forward(training={training}) actions", actions, expected)
+        if actor.action_transform_id not in ENV_SIDE_TRANSFORMS:
+            _check_bounds(name, f"forward(training={training})", actions, bounds)
         log_prob = info.get("log_prob")
         if not isinstance(log_prob, torch.Tensor) or tuple(log_prob.shape) != (SMOKE_BATCH,):
             raise PolicyActorContractError(
@@ -139,9 +256,10 @@ def _smoke(actor: Any, name: str, obs_dim: int, action_dim: int) -> None:
         dones = torch.zeros(SMOKE_BATCH, dtype=torch.bool, device=device)
         deterministic = actor.explore(obs, dones=dones, deterministic=True)
         _check_shape(name, "explore(deterministic=True)", deterministic, expected)
-        _check_shape(
-            name, "explore(deterministic=False)", actor.explore(obs, dones=dones), expected
-        )
+        _check_bounds(name, "explore(deterministic=True)", deterministic, bounds)
+        stochastic = actor.explore(obs, dones=dones)
+        _check_shape(name, "explore(deterministic=False)", stochastic, expected)
+        _check_bounds(name, "explore(deterministic=False)", stochastic, bounds)
         export_module = actor.as_export_module()
         if not isinstance(export_module, nn.Module):
             raise PolicyActorContractError(
@@ -149,20 +267,56 @@ def _smoke(actor: Any, name: str, obs_dim: int, action_dim: int) -> None:
             )
         exported = export_module(obs)
         _check_shape(name, "as_export_module()(obs)", exported, expected)
+        _check_bounds(name, "as_export_module()(obs)", exported, bounds)
         if not torch.allclose(exported, deterministic, atol=1e-6):
             raise PolicyActorContractError(
                 f"policy actor {name}: as_export_module() and explore(deterministic=True) must "
                 "both return transform(mean); they differ"
             )
     actor.normalize_parameters()
+    declared_inference_memory(actor)
+
+
+def declared_inference_memory(actor: Any) -> dict[str, int]:
+    """``actor.inference_startup_memory_categories()``, checked: ``dict[str, int]`` of
+    non-negative bytes per category.
+
+    Raises:
+        PolicyActorContractError: another shape of answer.
+    """
     memory = actor.inference_startup_memory_categories()
     if not isinstance(memory, dict) or not all(
-        isinstance(key, str) and isinstance(value, int) for key, value in memory.items()
+        isinstance(key, str)
+        and isinstance(value, int)
+        and not isinstance(value, bool)
+        and value >= 0
+        for key, value in memory.items()
     ):
         raise PolicyActorContractError(
-            f"policy actor {name}: inference_startup_memory_categories() must return "
-            "dict[str, int] (bytes per category)"
+            f"policy actor {type(actor).__name__}: inference_startup_memory_categories() must "
+            "return dict[str, int] (non-negative bytes per category)"
         )
+    return dict(memory)
+
+
+def _check_bounds(
+    name: str, what: str, actions: torch.Tensor, bounds: tuple[torch.Tensor, torch.Tensor] | None
+) -> None:
+    if bounds is None:
+        return
+    low, high = bounds
+    slack = BOUNDS_TOLERANCE * (1.0 + torch.maximum(low.abs(), high.abs()))
+    below = (actions < low - slack).any(dim=0)
+    above = (actions > high + slack).any(dim=0)
+    for index in range(actions.shape[-1]):
+        if below[index] or above[index]:
+            side, bound = ("low", low) if below[index] else ("high", high)
+            worst = actions[:, index].min() if below[index] else actions[:, index].max()
+            raise PolicyActorContractError(
+                f"policy actor {name}: {what} returned action {float(worst):.4g} in dimension "
+                f"{index}, outside the environment's action_{side} {float(bound[index]):.4g}; "
+                "its action transform must map into the bounds"
+            )
 
 
 def _shape_of(value: Any) -> str:

@@ -81,8 +81,16 @@ def resolve_builder(spec: ActorSpec) -> Any:
     return builder
 
 
-def build_policy_actor(spec: ActorSpec, obs_dim: int, action_dim: int, device: Any = "cpu") -> Any:
-    """Build the actor and validate it against the contract (fail closed)."""
+def build_policy_actor(
+    spec: ActorSpec,
+    obs_dim: int,
+    action_dim: int,
+    device: Any = "cpu",
+    action_low: Any = None,
+    action_high: Any = None,
+) -> Any:
+    """Build the actor and validate it against the contract (fail closed); with the env's
+    action bounds, its actions must lie inside them."""
     from drlcli.actors.contract import validate_policy_actor
 
     builder = resolve_builder(spec)
@@ -92,7 +100,7 @@ def build_policy_actor(spec: ActorSpec, obs_dim: int, action_dim: int, device: A
         raise PolicyActorContractError(
             f"actor builder {spec.builder} rejected its arguments ({error})"
         ) from error
-    validate_policy_actor(actor, obs_dim, action_dim)
+    validate_policy_actor(actor, obs_dim, action_dim, action_low, action_high)
     return actor
 
 

@@ -66,6 +66,9 @@ class Algorithm:
             ``(params, spec, device)``, run before any worker starts (ConfigError).
         check_learner_state: extra checks of one stored learner state; returns a problem or
             None (``drl verify`` and ``--resume``).
+        check_actor: what the algorithm needs of a policy actor beyond the contract
+            ``(actor, obs_dim, action_dim)``, run on the driver's probe before anything starts
+            (PolicyActorContractError).
         replay_saving: ``params -> whether the run saves its replay buffer``, for algorithms
             whose round loop implements ``ReplaySaving``; None when it cannot.
     """
@@ -83,6 +86,7 @@ class Algorithm:
     check_params: Callable[[Any], None] = lambda params: None
     check_learner_device: Callable[[Any, Any, str], object] = lambda params, spec, device: None
     check_learner_state: Callable[[dict[str, Any]], str | None] = lambda state: None
+    check_actor: Callable[[Any, int, int], None] = lambda actor, obs_dim, action_dim: None
     replay_saving: Callable[[Any], bool] | None = None
 
     def load_round_loop(self) -> type:

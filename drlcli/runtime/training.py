@@ -23,7 +23,8 @@ import numpy as np
 import torch
 from rich.console import Console
 
-from drlcli.actors.spec import actor_semantics, build_policy_actor
+from drlcli.actors.contract import declared_inference_memory
+from drlcli.actors.spec import ActorSpec, actor_semantics, build_policy_actor
 from drlcli.algos.algorithm import Algorithm, ReplaySaving
 from drlcli.algos.registry import ALGORITHMS, get_algorithm
 from drlcli.checkpoint import (
@@ -89,16 +90,12 @@ def train(
     )
     facts = env_facts(env)
     env.close()
-    spec = algorithm.actor_spec(config.algo_params, facts.action_low, facts.action_high)
-    # Build the policy actor once here: a broken custom actor fails before anything starts, and
-    # its action transform and aux-loss names are known for the semantics and the CSV header.
-    probe = build_policy_actor(spec, facts.obs_dim, facts.action_dim)
-    semantics = actor_semantics(spec, facts.obs_dim, facts.action_dim, probe.action_transform_id)
-    aux_names = _aux_loss_names(probe, facts.obs_dim)
-    del probe
+    actor = probe_actor(algorithm, config, facts)
     # Rules that need the learner device (a CUDA graph, say), before any worker starts.
-    algorithm.check_learner_device(config.algo_params, spec, topology.learner_device)
-    stored = None if resume is None else _load_for_resume(Path(resume), config, semantics, facts)
+    algorithm.check_learner_device(config.algo_params, actor.spec, topology.learner_device)
+    stored = (
+        None if resume is None else _load_for_resume(Path(resume), config, actor.semantics, facts)
+    )
     replay_file = _replay_file(algorithm, config, resume, resume_replay)
 
     num_cpus = max(os.cpu_count() or 1, topology.num_actors + topology.num_learners)
@@ -124,15 +121,14 @@ def train(
                 f"{resume}: already trained {progress.env_steps} of total_env_steps="
                 f"{config.total_env_steps}; raise total_env_steps in the config to continue"
             )
-        columns = metric_columns(algorithm, aux_names)
+        columns = metric_columns(algorithm, actor.aux_loss_names)
         writer = MetricsWriter(config.metrics_path, columns, append=stored is not None)
         try:
             return _run(
                 algorithm,
                 config,
                 topology,
-                spec,
-                semantics,
+                actor,
                 facts,
                 stored,
                 replay_file,
@@ -145,6 +141,38 @@ def train(
             )
         finally:
             writer.close()
+
+
+@dataclass(frozen=True)
+class ProbedActor:
+    """What the driver learns by building the run's policy actor once, before anything starts
+    (a broken custom actor fails here): its spec, its checkpoint semantics, the names of its
+    auxiliary losses (CSV columns) and the inference memory it declares."""
+
+    spec: ActorSpec
+    semantics: dict[str, Any]
+    aux_loss_names: list[str]
+    inference_memory: dict[str, int]
+
+
+def probe_actor(algorithm: Algorithm, config: Config, facts: EnvFacts) -> ProbedActor:
+    """Build and check the run's policy actor (the contract with the env's bounds, and the
+    algorithm's own requirements), then describe it."""
+    spec = algorithm.actor_spec(config.algo_params, facts.action_low, facts.action_high)
+    probe = build_policy_actor(
+        spec,
+        facts.obs_dim,
+        facts.action_dim,
+        action_low=facts.action_low,
+        action_high=facts.action_high,
+    )
+    algorithm.check_actor(probe, facts.obs_dim, facts.action_dim)
+    return ProbedActor(
+        spec=spec,
+        semantics=actor_semantics(spec, facts.obs_dim, facts.action_dim, probe.action_transform_id),
+        aux_loss_names=_aux_loss_names(probe, facts.obs_dim),
+        inference_memory=declared_inference_memory(probe),
+    )
 
 
 def _aux_loss_names(actor: Any, obs_dim: int) -> list[str]:
@@ -232,8 +260,7 @@ def _run(
     algorithm: Algorithm,
     config: Config,
     topology: TrainingTopology,
-    spec: Any,
-    semantics: dict[str, Any],
+    actor: ProbedActor,
     facts: Any,
     stored: Checkpoint | None,
     replay_file: Path | None,
@@ -244,7 +271,7 @@ def _run(
     quiet: bool,
     console: Console,
 ) -> TrainingSummary:
-    loop = algorithm.load_round_loop()(config, topology, spec, facts, stored)
+    loop = algorithm.load_round_loop()(config, topology, actor.spec, facts, stored)
     saves_replay = algorithm.replay_saving is not None and algorithm.replay_saving(
         config.algo_params
     )
@@ -287,7 +314,7 @@ def _run(
                     progress.best_return = returned
                 obs_rms_state, learner_states = loop.checkpoint_parts()
                 checkpoint = build_checkpoint(
-                    algorithm, config, semantics, facts, progress, obs_rms_state, learner_states
+                    algorithm, config, actor, facts, progress, obs_rms_state, learner_states
                 )
                 write_checkpoint(config.checkpoint_path, checkpoint)
                 if saves_replay:
@@ -340,7 +367,7 @@ def _metrics_row(
 def build_checkpoint(
     algorithm: Algorithm,
     config: Config,
-    semantics: dict[str, Any],
+    actor: ProbedActor,
     facts: EnvFacts,
     progress: RunProgress,
     obs_rms_state: dict[str, Any] | None,
@@ -351,11 +378,12 @@ def build_checkpoint(
     return Checkpoint(
         algo=algorithm.name,
         actor=learner_states[0]["actor"],
-        actor_semantics=semantics,
+        actor_semantics=actor.semantics,
         env=EnvRecord.of(facts, config.env.max_episode_steps, config.env.kwargs),
         progress=dataclasses.replace(progress),
         config=config.to_dict(),
         learner_states=learner_states,
         obs_rms_state=obs_rms_state if clip is not None else None,
         observation_clip=clip if clip is not None else DEFAULT_OBSERVATION_CLIP,
+        inference_memory=actor.inference_memory,
     )

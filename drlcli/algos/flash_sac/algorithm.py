@@ -3,12 +3,13 @@ custom-actor and CUDA-graph rules (docs/adr/0017-custom-policy-actors.md), each 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
-from drlcli.actors.spec import ActorSpec
+from drlcli.actors.spec import BUILDER_PATTERN, ActorSpec
 from drlcli.algos.algorithm import Algorithm
-from drlcli.algos.flash_sac.params import FlashSACParams
+from drlcli.algos.flash_sac.params import ActorConfig, FlashSACParams
 from drlcli.errors import ConfigError
 from drlcli.normalization import reward_scaler_state_problem
 
@@ -42,6 +43,7 @@ def check_params(params: FlashSACParams) -> None:
         )
     if params.actor_config is None:
         return
+    _check_actor_config(params.actor_config)
     if params.use_whole_cycle_cuda_graph:
         raise ConfigError(
             "algo_params.use_whole_cycle_cuda_graph: a custom actor (actor_config) cannot run in "
@@ -52,6 +54,26 @@ def check_params(params: FlashSACParams) -> None:
             "algo_params.actor_normalize_parameters: false only applies to the built-in actor; "
             "a custom actor (actor_config) owns normalize_parameters()"
         )
+
+
+def _check_actor_config(actor_config: ActorConfig) -> None:
+    """A builder drl can import and kwargs every process and checkpoint can carry."""
+    where = "algo_params.actor_config"
+    if not BUILDER_PATTERN.match(actor_config.builder):
+        raise ConfigError(
+            f"{where}.builder: must look like 'pkg.module:callable', got {actor_config.builder!r}"
+        )
+    for key, value in actor_config.kwargs.items():
+        if not isinstance(key, str):
+            raise ConfigError(f"{where}.kwargs: keys must be strings, got {key!r}")
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError):
+            raise ConfigError(
+                f"{where}.kwargs.{key}: {value!r} is not JSON data (the kwargs travel to every "
+                "process and into checkpoints: use strings, finite numbers, booleans, lists and "
+                "mappings)"
+            ) from None
 
 
 def resolve_cuda_graph(params: FlashSACParams, spec: ActorSpec, device: Any) -> bool:

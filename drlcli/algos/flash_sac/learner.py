@@ -74,7 +74,9 @@ class FlashSACLearner:
         self.params, self.gamma = params, gamma
         self.device = torch.device(device)
         self.uses_cuda_graph = resolve_cuda_graph(params, actor_spec, self.device)
-        self.actor = build_policy_actor(actor_spec, obs_dim, action_dim, self.device)
+        self.actor = build_policy_actor(
+            actor_spec, obs_dim, action_dim, self.device, action_low, action_high
+        )
         self.critic = DoubleCategoricalCritic(
             obs_dim,
             action_dim,

@@ -44,6 +44,13 @@ def reward_scalers_problem(state: dict[str, Any]) -> str | None:
     return None
 
 
+def check_actor(actor: Any, obs_dim: int, action_dim: int) -> None:
+    """PPO's learner calls ``log_prob_and_entropy`` (``OnPolicyActor`` in the contract)."""
+    from drlcli.actors.contract import validate_on_policy_actor
+
+    validate_on_policy_actor(actor, obs_dim, action_dim)
+
+
 PPO = Algorithm(
     name="ppo",
     summary="PPO (Schulman et al. 2017), on-policy, learners averaged every param_sync_interval",
@@ -68,4 +75,5 @@ PPO = Algorithm(
         params.observation_clip if params.normalize_observations else None
     ),
     check_learner_state=reward_scalers_problem,
+    check_actor=check_actor,
 )

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from drlcli.actors.contract import validate_on_policy_actor
 from drlcli.actors.spec import ActorSpec, build_policy_actor
 from drlcli.algos.ppo.buffer import ReplayBuffer
 from drlcli.algos.ppo.networks import ValueNetwork
@@ -106,6 +107,7 @@ class Learner:
         self.params = params
         self.device = torch.device(device)
         self.actor = build_policy_actor(actor_spec, obs_dim, action_dim, self.device)
+        validate_on_policy_actor(self.actor, obs_dim, action_dim)
         self.value_network = ValueNetwork(obs_dim, params.hidden_sizes, params.activation).to(
             self.device
         )

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from drlcli.actors.contract import validate_on_policy_actor
 from drlcli.actors.spec import ActorSpec, build_policy_actor
 from drlcli.algos.ppo.networks import ValueNetwork
 from drlcli.algos.ppo.params import PPOParams
@@ -50,7 +51,10 @@ class MuJoCoActor:
         self.envs = EnvBatch.for_rollout_actor(env_config, actor_id)
         facts = self.envs.facts
         self.action_low, self.action_high = facts.action_low, facts.action_high
-        self.actor = build_policy_actor(actor_spec, facts.obs_dim, facts.action_dim)
+        self.actor = build_policy_actor(
+            actor_spec, facts.obs_dim, facts.action_dim, "cpu", facts.action_low, facts.action_high
+        )
+        validate_on_policy_actor(self.actor, facts.obs_dim, facts.action_dim)
         self.value_network = ValueNetwork(facts.obs_dim, params.hidden_sizes, params.activation)
         self.reward_scaler = (
             RewardScaler(env_config.num_envs, gamma) if params.normalize_rewards else None
