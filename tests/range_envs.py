@@ -1,0 +1,40 @@
+"""A small continuous-control task with a configurable action box, for action-range tests.
+
+``gymnasium.make("drltest/Ranged-v0", low=[...], high=[...])``: 3 observations, reward
+``-|a - centre|``, episodes of 50 steps. Imported by the tests that need it (registration is
+per process).
+"""
+
+from __future__ import annotations
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+
+ENV_ID = "drltest/Ranged-v0"
+
+
+class RangedEnv(gymnasium.Env):
+    metadata = {"render_modes": []}
+
+    def __init__(
+        self, low: list[float], high: list[float], render_mode: str | None = None
+    ) -> None:
+        self.action_space = spaces.Box(np.float32(low), np.float32(high), dtype=np.float32)
+        self.observation_space = spaces.Box(-np.inf, np.inf, shape=(3,), dtype=np.float64)
+        self.centre = (np.float64(low) + np.float64(high)) / 2
+        self.state = np.zeros(3)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.state = self.np_random.normal(size=3)
+        return self.state.copy(), {}
+
+    def step(self, action):
+        self.state = 0.9 * self.state + self.np_random.normal(scale=0.1, size=3)
+        reward = -float(np.abs(np.asarray(action) - self.centre).sum())
+        return self.state.copy(), reward, False, False, {}
+
+
+if ENV_ID not in gymnasium.registry:
+    gymnasium.register(ENV_ID, entry_point=RangedEnv, max_episode_steps=50)
