@@ -10,10 +10,12 @@ export MUJOCO_GL ?= egl
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml examples/twin_encoder_actor/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	# The downstream-package example: the tests train it through Ray.
+	$(BIN)/python -m pip install --quiet -e examples/twin_encoder_actor
 	touch $@
 
 demo: setup
@@ -23,7 +25,7 @@ test: setup
 	$(BIN)/python -m pytest
 
 lint: setup
-	$(BIN)/ruff check drlcli tests scripts
+	$(BIN)/ruff check drlcli tests scripts examples
 	$(BIN)/python -m compileall -q drlcli scripts tests
 
 clean:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from drlcli.audit import audit_checkpoint
 from drlcli.checkpoint import load_payload
@@ -135,3 +136,25 @@ def test_replay_buffer_is_saved_and_restored_only_when_asked(flash_config):
     assert float(rows[2]["updates"]) == 80.0
     with np.load(saved, allow_pickle=False) as data:
         assert data["learner0_obs"].shape == (240, 4)
+
+
+def test_with_two_learners_every_learner_trains_and_reports_the_aux_loss(flash_config):
+    """The aux loss takes the actor loss's route on every learner: its own actor optimiser,
+    then the same parameter averaging (every round here)."""
+    extra = (
+        "  actor_config:\n"
+        "    builder: tests.custom_actors:build\n"
+        "    kwargs: {action_low: [-3.0], action_high: [3.0], aux_weight: 0.1}\n"
+        "  use_whole_cycle_cuda_graph: false\n"
+        "num_actors: 2\nnum_gpus: 2\nactors_per_gpu: 1\nlearners_on_cpu: true\n"
+    )
+    path = flash_config("custom2", extra=extra)  # the last lines are top-level keys
+    config = load_config(path)
+    assert (config.num_gpus, config.learners_on_cpu) == (2, True)
+    run(path)
+    rows = read_metrics(config.metrics_path)
+    assert float(rows[-1]["Loss/aux_action_l2"]) > 0  # averaged over both learners' reports
+    states = load_payload(config.checkpoint_path)["learner_states"]
+    assert len(states) == 2
+    for name, tensor in states[0]["actor"].items():
+        assert torch.equal(tensor, states[1]["actor"][name]), name

@@ -1,0 +1,1 @@
+"""An example downstream package: a custom policy actor for drl's FlashSAC."""
