@@ -10,7 +10,7 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -21,7 +21,7 @@ from drlcli.errors import DrlError
 
 app = typer.Typer(
     name="drl",
-    help="Deep reinforcement learning for MuJoCo robots: train, play, export, verify.",
+    help="Deep reinforcement learning for MuJoCo robots: train, play, export, verify, dashboard.",
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -77,7 +77,7 @@ def _root(
     ] = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of errors.")] = False,
 ) -> None:
-    """Deep reinforcement learning for MuJoCo robots: train, play, export, verify."""
+    """Deep reinforcement learning for MuJoCo robots: train, play, export, verify, dashboard."""
     _state["debug"] = debug
 
 
@@ -113,6 +113,15 @@ def train(
     quiet: Annotated[
         bool, typer.Option("--quiet", help="Plain log lines instead of the progress bar.")
     ] = False,
+    with_dashboard: Annotated[
+        bool,
+        typer.Option(
+            "--dashboard", help="Also serve the dashboard of the run's folders on 127.0.0.1."
+        ),
+    ] = False,
+    dashboard_port: Annotated[
+        int, typer.Option("--dashboard-port", help="Port of --dashboard.")
+    ] = 6007,
 ) -> None:
     """Train a policy as CONFIG describes; writes metrics CSV and checkpoints."""
 
@@ -126,14 +135,27 @@ def train(
             return
         from drlcli.runtime.training import train as run_training
 
-        run_training(
-            config,
-            address=address,
-            resume=resume,
-            resume_replay=resume_replay,
-            quiet=quiet,
-            console=stdout,
-        )
+        server = None
+        if with_dashboard:
+            from drlcli.dashboard.server import page_is_built, start_dashboard
+
+            folders = {Path(config.output_dir), Path(config.metrics_path).parent}
+            for folder in folders:
+                folder.mkdir(parents=True, exist_ok=True)
+            server = start_dashboard(sorted(folders), port=dashboard_port)
+            _announce_dashboard(server, "127.0.0.1", page_is_built())
+        try:
+            run_training(
+                config,
+                address=address,
+                resume=resume,
+                resume_replay=resume_replay,
+                quiet=quiet,
+                console=stdout,
+            )
+        finally:
+            if server is not None:
+                server.shutdown()
 
     _run(body)
 
@@ -254,6 +276,64 @@ def verify(
             raise typer.Exit(1)
 
     _run(body)
+
+
+@app.command()
+def dashboard(
+    folders: Annotated[
+        list[Path] | None,
+        typer.Argument(metavar="DIR", help="Folders to find runs in (default: output)."),
+    ] = None,
+    port: Annotated[int, typer.Option("--port", help="Port to serve on.")] = 6007,
+    host: Annotated[
+        str,
+        typer.Option(
+            "--host",
+            help="Address to serve on (default loopback only; another makes the runs visible "
+            "to the network).",
+        ),
+    ] = "127.0.0.1",
+) -> None:
+    """Serve live learning curves of every run under the folders in the browser.
+
+    Finds each run's metrics CSV (recursively), its checkpoints and videos; the page shows
+    returns and any metric against env steps or wall time, overlays runs, groups seeds, and
+    follows runs that are still training. Ctrl-C stops it.
+    """
+
+    def body() -> None:
+        import time
+
+        from drlcli.dashboard.server import page_is_built, start_dashboard
+
+        roots = folders or [Path("output")]
+        server = start_dashboard(roots, host=host, port=port)
+        _announce_dashboard(server, host, page_is_built())
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:  # Ctrl-C is how a dashboard is stopped
+            stderr.print("dashboard stopped")
+        finally:
+            server.shutdown()
+
+    _run(body)
+
+
+def _announce_dashboard(server: Any, host: str, built: bool) -> None:
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        stderr.print(
+            f"warning: serving on {escape(host)}: every run's metrics, config and videos are "
+            "visible to the network",
+            style="yellow",
+        )
+    if not built:
+        stderr.print(
+            "warning: the page is not built (run make setup, or cd web && npm ci && npm run "
+            "build); the JSON API works",
+            style="yellow",
+        )
+    stdout.print(f"drl dashboard: {server.url}", highlight=False)
 
 
 def main() -> None:

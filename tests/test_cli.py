@@ -31,7 +31,7 @@ def test_help_imports_neither_torch_nor_ray():
     assert json.loads(result.stdout.strip().splitlines()[-1]) == []
 
 
-@pytest.mark.parametrize("command", ["train", "play", "export", "verify"])
+@pytest.mark.parametrize("command", ["train", "play", "export", "verify", "dashboard"])
 def test_every_command_has_help(command):
     result = runner.invoke(app, [command, "--help"])
     assert result.exit_code == 0
@@ -138,3 +138,9 @@ def test_a_malformed_actor_config_is_one_line_and_exit_2(write_config):
     assert result.exit_code == 2
     assert result.output.strip().count("\n") == 0
     assert "algo_params.actor_config.builder: required; set it" in result.output
+
+
+def test_dashboard_refuses_a_missing_folder(tmp_path):
+    result = runner.invoke(app, ["dashboard", str(tmp_path / "nowhere"), "--port", "0"])
+    assert result.exit_code == 2
+    assert "not a folder" in result.output

@@ -162,3 +162,16 @@ def test_processes_share_the_cpus_of_a_cluster_that_has_too_few():
     assert crowded.learner == crowded.rollout_actor == {"num_cpus": crowded.cpu_share}
     roomy = process_resources(TrainingTopology(1, 1, "cuda", 1))  # one CPU process
     assert roomy.cpu_share == 1.0 and roomy.learner == {"num_gpus": 1.0}
+
+
+def test_train_with_dashboard_serves_the_run_while_it_trains(tiny_config):
+    from typer.testing import CliRunner
+
+    from drlcli.cli import app
+
+    path = tiny_config("beside", total=128)
+    result = CliRunner().invoke(
+        app, ["train", str(path), "--quiet", "--dashboard", "--dashboard-port", "0"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "drl dashboard: http://127.0.0.1:" in result.output

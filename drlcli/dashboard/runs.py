@@ -1,0 +1,237 @@
+"""Runs on disk: finding them under folders, and reading their metrics CSVs incrementally.
+
+A run is a metrics CSV written by ``drl train`` (its header starts with ``round,env_steps``),
+with the checkpoints and videos beside it: ``model_<name>.pt``, ``model_<name>_best.pt`` and
+any ``.mp4``/``.webm`` whose name starts with ``<name>`` or ``model_<name>`` (all of a folder's
+videos when it holds one run). Nothing outside the given folders is ever reported: a file whose
+real path (symbolic links resolved) leaves them is skipped.
+
+CSVs are read by byte offset, complete lines only, so a row being written is read once it is
+whole, and a poll moves only the new rows. A file that shrank or whose header changed (a run
+restarted from scratch) is reported as a reset and read from the start again.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REQUIRED_COLUMNS = ("round", "env_steps")
+VIDEO_SUFFIXES = (".mp4", ".webm")
+_SEED_SUFFIX = re.compile(r"[_-]seed[_-]?\d+$")
+# Never walk into these (virtual environments, caches, VCS data).
+_SKIPPED_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".pytest_cache"}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run found on disk; paths are real paths inside one of the roots."""
+
+    id: str
+    name: str
+    group: str
+    root: Path
+    csv_path: Path
+    checkpoint: Path | None
+    best_checkpoint: Path | None
+    videos: tuple[Path, ...] = field(default=())
+
+    def describe(self) -> dict[str, Any]:
+        """The run-list entry of the API (paths relative to the run's root)."""
+
+        def relative(path: Path | None) -> str | None:
+            return None if path is None else str(path.relative_to(self.root))
+
+        return {
+            "id": self.id,
+            "name": self.name,
+            "group": self.group,
+            "root": str(self.root),
+            "csv": relative(self.csv_path),
+            "checkpoint": relative(self.checkpoint),
+            "best_checkpoint": relative(self.best_checkpoint),
+            "videos": [path.name for path in self.videos],
+        }
+
+
+def seed_group(name: str) -> str:
+    """Runs of one config with different seeds share a group: the name without a trailing
+    ``_seed<N>`` (``hopper_ppo_seed2`` -> ``hopper_ppo``)."""
+    return _SEED_SUFFIX.sub("", name)
+
+
+def run_id(csv_path: Path) -> str:
+    """A stable, URL-safe id of a run (its CSV's real path, hashed)."""
+    return hashlib.sha1(str(csv_path).encode()).hexdigest()[:12]
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        path.relative_to(root)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_metrics_csv(path: Path) -> bool:
+    try:
+        with path.open("rb") as handle:
+            first = handle.readline(4096)
+    except OSError:
+        return False
+    header = first.decode("utf-8", "replace").strip().split(",")
+    return tuple(header[: len(REQUIRED_COLUMNS)]) == REQUIRED_COLUMNS
+
+
+def find_runs(roots: list[Path]) -> list[Run]:
+    """Every run under ``roots`` (recursively), sorted by folder and name."""
+    runs: dict[str, Run] = {}
+    for root in roots:
+        root = root.resolve()
+        if not root.is_dir():
+            continue
+        for folder, dirs, files in os.walk(root):
+            dirs[:] = sorted(d for d in dirs if d not in _SKIPPED_DIRS)
+            directory = Path(folder)
+            csvs = [
+                directory / name
+                for name in sorted(files)
+                if name.endswith(".csv") and _safe(directory / name, root)
+            ]
+            csvs = [path for path in csvs if _is_metrics_csv(path)]
+            videos = [
+                directory / name
+                for name in sorted(files)
+                if name.endswith(VIDEO_SUFFIXES) and _safe(directory / name, root)
+            ]
+            for path in csvs:
+                real = path.resolve()
+                name = path.stem.removeprefix("metrics_")
+                mine = tuple(
+                    video.resolve()
+                    for video in videos
+                    if len(csvs) == 1 or video.name.startswith((name, f"model_{name}"))
+                )
+                identifier = run_id(real)
+                runs.setdefault(
+                    identifier,
+                    Run(
+                        id=identifier,
+                        name=name,
+                        group=seed_group(name),
+                        root=root,
+                        csv_path=real,
+                        checkpoint=_beside(directory, f"model_{name}.pt", root),
+                        best_checkpoint=_beside(directory, f"model_{name}_best.pt", root),
+                        videos=mine,
+                    ),
+                )
+    return sorted(runs.values(), key=lambda run: (str(run.csv_path.parent), run.name))
+
+
+def _safe(path: Path, root: Path) -> bool:
+    """A regular file whose real path stays inside ``root``."""
+    try:
+        real = path.resolve()
+    except OSError:
+        return False
+    return real.is_file() and _inside(real, root)
+
+
+def _beside(directory: Path, name: str, root: Path) -> Path | None:
+    path = directory / name
+    return path.resolve() if _safe(path, root) else None
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Rows read from a CSV since an offset.
+
+    Attributes:
+        columns: the header.
+        rows: values per row, column order; floats, None for an empty cell.
+        offset: the byte offset to read from next time.
+        generation: identifies the file's contents (its header and first row); a different one
+            than the caller's means the file was restarted and ``rows`` are all of it.
+        reset: the caller must drop what it has (restarted run, or its first read).
+    """
+
+    columns: list[str]
+    rows: list[list[float | None]]
+    offset: int
+    generation: str
+    reset: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "columns": self.columns,
+            "rows": self.rows,
+            "offset": self.offset,
+            "generation": self.generation,
+            "reset": self.reset,
+        }
+
+
+class MalformedCsv(ValueError):
+    """A CSV that is not a readable drl metrics file; the message says where."""
+
+
+def read_rows(path: Path, offset: int = 0, generation: str | None = None) -> Chunk:
+    """The complete rows of a metrics CSV after byte ``offset``.
+
+    Args:
+        offset, generation: what the caller's last ``Chunk`` returned (0 and None at first).
+
+    Raises:
+        MalformedCsv: empty file, a header without ``round,env_steps``, a row with another
+            number of cells than the header, or a cell that is not a number.
+        OSError: the file cannot be read.
+    """
+    with path.open("rb") as handle:
+        header_line = handle.readline()
+        if not header_line.endswith(b"\n"):
+            raise MalformedCsv("no complete header line yet" if header_line else "empty file")
+        columns = next(csv.reader([header_line.decode("utf-8", "replace")]))
+        if tuple(columns[: len(REQUIRED_COLUMNS)]) != REQUIRED_COLUMNS:
+            raise MalformedCsv(f"header does not start with {','.join(REQUIRED_COLUMNS)}")
+        first_row = handle.readline()
+        if not first_row.endswith(b"\n"):
+            first_row = b""
+        size = os.fstat(handle.fileno()).st_size
+        # The header and the first row: a run restarted from scratch writes another first row
+        # (its wall time at least), even when the file has grown past the caller's offset again.
+        current = hashlib.sha1(header_line + first_row).hexdigest()[:12]
+        reset = generation != current or offset < len(header_line) or offset > size
+        start = len(header_line) if reset else offset
+        handle.seek(start)
+        data = handle.read(max(0, size - start))
+    complete = data[: data.rfind(b"\n") + 1]  # a torn last line waits for its newline
+    rows = []
+    for number, line in enumerate(complete.decode("utf-8", "replace").splitlines(), start=1):
+        if not line.strip():
+            continue
+        cells = next(csv.reader(io.StringIO(line)))
+        if len(cells) != len(columns):
+            raise MalformedCsv(
+                f"a row has {len(cells)} cells, the header {len(columns)} (line {number} after "
+                f"byte {start})"
+            )
+        rows.append([_number(cell, column) for cell, column in zip(cells, columns, strict=True)])
+    return Chunk(columns, rows, start + len(complete), current, reset)
+
+
+def _number(cell: str, column: str) -> float | None:
+    if cell == "":
+        return None
+    try:
+        value = float(cell)
+    except ValueError:
+        raise MalformedCsv(f"column {column!r} holds {cell[:40]!r}, not a number") from None
+    return value if math.isfinite(value) else None

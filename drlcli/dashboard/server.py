@@ -1,0 +1,282 @@
+"""The dashboard's HTTP server: the built page (``static/``) and a JSON API over the runs.
+
+    GET /                                  the page
+    GET /static/<file>                     its assets
+    GET /api/runs                          every run under the folders
+    GET /api/runs/<id>/rows?offset=&generation=
+                                           CSV rows after a byte offset (all, on a reset)
+    GET /api/runs/<id>/details             config, actor semantics, drl verify audit, returns
+    GET /api/runs/<id>/video/<name>        a video beside the run (byte ranges supported)
+
+Only files found under the given folders (real paths) and the page's own assets are served; a
+malformed CSV is an error for that run (HTTP 422 with a message), never for the server. Standard
+library only: the dashboard runs wherever drl does.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import mimetypes
+import threading
+import time
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from drlcli.dashboard.runs import MalformedCsv, Run, find_runs, read_rows
+from drlcli.errors import UsageError
+
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+DEFAULT_PORT = 6007
+RUN_LIST_SECONDS = 1.0  # a rescan of the folders at most this often
+NOT_BUILT = (
+    "<!doctype html><title>drl dashboard</title><p>The dashboard page is not built. Run "
+    "<code>make setup</code>, or <code>cd web &amp;&amp; npm ci &amp;&amp; npm run build</code>, "
+    "then reload. The JSON API is at <a href='/api/runs'>/api/runs</a>.</p>"
+)
+
+
+class RunIndex:
+    """The runs under the roots, rescanned at most every ``RUN_LIST_SECONDS``."""
+
+    def __init__(self, roots: list[Path]) -> None:
+        self.roots = [root.resolve() for root in roots]
+        self._lock = threading.Lock()
+        self._runs: dict[str, Run] = {}
+        self._scanned = 0.0
+
+    def runs(self, fresh: bool = False) -> dict[str, Run]:
+        with self._lock:
+            now = time.monotonic()
+            if fresh or now - self._scanned > RUN_LIST_SECONDS:
+                self._runs = {run.id: run for run in find_runs(self.roots)}
+                self._scanned = now
+            return self._runs
+
+    def get(self, identifier: str) -> Run | None:
+        return self.runs().get(identifier) or self.runs(fresh=True).get(identifier)
+
+
+def run_details(run: Run) -> dict[str, Any]:
+    """Config, actor semantics, the ``drl verify`` audit (as ``drl verify --json``), returns."""
+    from drlcli.audit import audit_checkpoint
+    from drlcli.errors import DrlError
+
+    details: dict[str, Any] = {
+        **run.describe(),
+        "config": None,
+        "actor_semantics": None,
+        "audit": None,
+        "best_return": None,
+        "progress": None,
+        "checkpoint_error": None,
+    }
+    if run.checkpoint is None:
+        details["checkpoint_error"] = "no checkpoint beside the metrics CSV"
+        return details
+    try:
+        from drlcli.checkpoint import read_checkpoint
+
+        checkpoint = read_checkpoint(run.checkpoint)
+        details["config"] = checkpoint.config
+        details["actor_semantics"] = checkpoint.actor_semantics
+        details["progress"] = {
+            "round": checkpoint.progress.round,
+            "env_steps": checkpoint.progress.env_steps,
+            "wall_time_s": checkpoint.progress.wall_time_s,
+        }
+        details["best_return"] = checkpoint.progress.best_return
+        details["audit"] = json.loads(audit_checkpoint(run.checkpoint).to_json())
+    except DrlError as error:
+        details["checkpoint_error"] = " ".join(str(error).split())
+    return details
+
+
+class DashboardHandler(BaseHTTPRequestHandler):
+    """One request. The index is the server's (``self.server.index``)."""
+
+    server_version = "drl-dashboard"
+    index: RunIndex
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        """Quiet: a poll every second per run would flood the terminal."""
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        self.do_GET()
+
+    def do_GET(self) -> None:  # noqa: N802
+        try:
+            self._route()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the browser went away mid-answer
+        except Exception as error:  # never let one request stop the server
+            self._json(
+                {"error": f"{type(error).__name__}: {error}"}, HTTPStatus.INTERNAL_SERVER_ERROR
+            )
+
+    def _route(self) -> None:
+        url = urlsplit(self.path)
+        raw_parts = url.path.split("/")
+        parts = [unquote(part) for part in raw_parts if part]
+        if any(
+            part in ("..", ".") or "/" in part or "\\" in part or "\0" in part for part in parts
+        ):
+            self._json({"error": "path not allowed"}, HTTPStatus.FORBIDDEN)
+            return
+        index: RunIndex = self.server.index  # type: ignore[attr-defined]
+        if not parts:
+            self._page()
+        elif parts[0] == "static" and len(parts) >= 2:
+            self._static(parts[1:])
+        elif parts == ["api", "runs"]:
+            runs = index.runs()
+            self._json(
+                {
+                    "roots": [str(root) for root in index.roots],
+                    "runs": [run.describe() for run in runs.values()],
+                }
+            )
+        elif len(parts) >= 4 and parts[:2] == ["api", "runs"]:
+            run = index.get(parts[2])
+            if run is None:
+                self._json({"error": f"no run {parts[2]!r}"}, HTTPStatus.NOT_FOUND)
+            elif parts[3] == "rows" and len(parts) == 4:
+                self._rows(run, parse_qs(url.query))
+            elif parts[3] == "details" and len(parts) == 4:
+                self._json(run_details(run))
+            elif parts[3] == "video" and len(parts) == 5:
+                self._video(run, parts[4])
+            else:
+                self._json({"error": "not found"}, HTTPStatus.NOT_FOUND)
+        else:
+            self._json({"error": "not found"}, HTTPStatus.NOT_FOUND)
+
+    def _rows(self, run: Run, query: dict[str, list[str]]) -> None:
+        try:
+            offset = int(query.get("offset", ["0"])[0])
+        except ValueError:
+            self._json({"error": "offset must be an integer"}, HTTPStatus.BAD_REQUEST)
+            return
+        generation = query.get("generation", [None])[0]
+        try:
+            chunk = read_rows(run.csv_path, offset, generation)
+        except MalformedCsv as error:
+            self._json({"error": f"{run.name}: {error}"}, HTTPStatus.UNPROCESSABLE_ENTITY)
+            return
+        except OSError as error:
+            self._json({"error": f"{run.name}: {error.strerror}"}, HTTPStatus.NOT_FOUND)
+            return
+        self._json(chunk.to_json())
+
+    def _page(self) -> None:
+        page = STATIC_DIR / "index.html"
+        if not page.is_file():
+            self._send(NOT_BUILT.encode(), "text/html; charset=utf-8")
+            return
+        self._send(page.read_bytes(), "text/html; charset=utf-8")
+
+    def _static(self, parts: list[str]) -> None:
+        path = (STATIC_DIR / Path(*parts)).resolve()
+        if not path.is_file() or STATIC_DIR not in path.parents:
+            self._json({"error": "not found"}, HTTPStatus.NOT_FOUND)
+            return
+        kind = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+        self._send(path.read_bytes(), kind)
+
+    def _video(self, run: Run, name: str) -> None:
+        videos = {path.name: path for path in run.videos}
+        if name not in videos:
+            self._json({"error": "not found"}, HTTPStatus.NOT_FOUND)
+            return
+        path = videos[name]
+        size = path.stat().st_size
+        start, end = 0, size - 1
+        ranged = self.headers.get("Range", "")
+        if ranged.startswith("bytes="):
+            first, _, last = ranged[len("bytes=") :].partition("-")
+            try:
+                start = int(first) if first else max(0, size - int(last))
+                end = min(int(last), size - 1) if first and last else end
+            except ValueError:
+                start, end = 0, size - 1
+        if start > end or start >= size:
+            self.send_response(HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE)
+            self.send_header("Content-Range", f"bytes */{size}")
+            self.end_headers()
+            return
+        with path.open("rb") as handle:
+            handle.seek(start)
+            body = handle.read(end - start + 1)
+        kind = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+        status = HTTPStatus.PARTIAL_CONTENT if ranged else HTTPStatus.OK
+        extra = {"Accept-Ranges": "bytes"}
+        if ranged:
+            extra["Content-Range"] = f"bytes {start}-{end}/{size}"
+        self._send(body, kind, status, extra)
+
+    def _json(self, data: Any, status: HTTPStatus = HTTPStatus.OK) -> None:
+        self._send(json.dumps(data, allow_nan=False).encode(), "application/json", status)
+
+    def _send(
+        self,
+        body: bytes,
+        kind: str,
+        status: HTTPStatus = HTTPStatus.OK,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+
+class DashboardServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], index: RunIndex) -> None:
+        super().__init__(address, DashboardHandler)
+        self.index = index
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+        return f"http://{shown}:{port}/"
+
+
+def start_dashboard(
+    roots: list[Path], host: str = "127.0.0.1", port: int = DEFAULT_PORT
+) -> DashboardServer:
+    """Serve the dashboard for ``roots`` from a background thread; returns the server
+    (``.url``; ``.shutdown()`` stops it).
+
+    Raises:
+        UsageError: a folder that does not exist, or the port is taken.
+    """
+    missing = [str(root) for root in roots if not Path(root).is_dir()]
+    if missing:
+        raise UsageError(f"not a folder: {', '.join(missing)}")
+    try:
+        server = DashboardServer((host, port), RunIndex([Path(root) for root in roots]))
+    except OSError as error:
+        if error.errno == errno.EADDRINUSE:
+            raise UsageError(
+                f"port {port} on {host} is in use (another dashboard?); choose one with --port"
+            ) from None
+        raise UsageError(f"cannot serve on {host}:{port}: {error.strerror}") from None
+    thread = threading.Thread(target=server.serve_forever, name="drl-dashboard", daemon=True)
+    thread.start()
+    return server
+
+
+def page_is_built() -> bool:
+    return (STATIC_DIR / "index.html").is_file()

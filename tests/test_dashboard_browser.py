@@ -1,0 +1,104 @@
+"""The dashboard page in headless Chromium (Debian's chromium, driven by playwright-core from
+web/node_modules) over a real short training run: the return chart draws every row, a row
+appended to the CSV appears without a reload, a run's page shows its audit."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from drlcli.config import load_config
+from drlcli.dashboard.server import page_is_built, start_dashboard
+from drlcli.metrics import MetricsWriter, read_metrics
+from drlcli.runtime.training import train
+from drlcli.topology import AvailableDevices
+
+WEB = Path(__file__).resolve().parent.parent / "web"
+CHROMIUM = "/usr/bin/chromium"
+pytestmark = [
+    pytest.mark.usefixtures("ray_cluster"),
+    pytest.mark.skipif(
+        not (Path(CHROMIUM).exists() and (WEB / "node_modules" / "playwright-core").is_dir()),
+        reason="needs Debian's chromium and web/node_modules (.ci/run and make setup install them)",
+    ),
+    pytest.mark.skipif(not page_is_built(), reason="the page is not built (make setup)"),
+]
+
+
+class Page:
+    """web/tests/drive.mjs in a subprocess, one command per line."""
+
+    def __init__(self, url: str) -> None:
+        self.process = subprocess.Popen(
+            [shutil.which("node") or "node", "tests/drive.mjs", url],
+            cwd=WEB,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    def line(self, prefix: str) -> str:
+        for line in self.process.stdout:
+            if line.startswith("ERRORS"):
+                raise AssertionError(f"the page raised: {line}")
+            if line.startswith(prefix):
+                return line[len(prefix) :].strip()
+        raise AssertionError(f"the browser script ended before {prefix!r}")
+
+    def send(self, command: str, reply: str) -> str:
+        self.process.stdin.write(command + "\n")
+        self.process.stdin.flush()
+        return self.line(reply)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.stdin.write("quit\n")
+            self.process.stdin.flush()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+
+def test_the_page_draws_a_real_run_follows_it_live_and_shows_its_audit(tiny_config, tmp_path):
+    config = load_config(tiny_config("live", total=256))
+    train(config, quiet=True, devices=AvailableDevices(cuda_devices=0, mps=False))
+    rows = read_metrics(config.metrics_path)
+    with_return = sum(1 for row in rows if row["episode_return_mean"] != "")
+    assert with_return >= 1
+    server = start_dashboard([Path(config.output_dir)], port=0)
+    page = Page(server.url)
+    try:
+        ready = page.line("READY ")
+        milliseconds, points = ready.split(" ", 1)
+        assert json.loads(points) == {"live": with_return}
+
+        writer = MetricsWriter(config.metrics_path, list(rows[0]), append=True)
+        last = {key: (float(value) if value else None) for key, value in rows[-1].items()}
+        writer.write(
+            {
+                **last,
+                "round": last["round"] + 1,
+                "env_steps": last["env_steps"] + 256,
+                "episode_return_mean": 42.0,
+            }
+        )
+        writer.close()
+        seen = page.send(f"wait live {with_return + 1}", "SEEN ")
+        assert int(seen) <= 3000  # polled every second: within about 2 s
+
+        page.send("click live", "CLICKED")
+        summary = json.loads(page.send("text #run-summary", "TEXT "))
+        assert "best return" in summary and "metrics metrics_live.csv" in summary
+        audit = json.loads(page.send("text #run-audit", "TEXT "))
+        assert "actor_semantics schema" in audit and "PASS" in audit
+    finally:
+        page.close()
+        server.shutdown()
+        server.server_close()
+

@@ -1,0 +1,86 @@
+// Pure functions on series: smoothing, downsampling, seed groups. No DOM (tested with node).
+
+/** Debiased exponential moving average (TensorBoard's): weight 0 leaves the values as they are.
+ * Missing values (null) stay missing and do not move the average. */
+export function emaSmooth(values, weight) {
+  if (!(weight > 0)) return values.slice();
+  let last = 0;
+  let count = 0;
+  return values.map((value) => {
+    if (value === null || !Number.isFinite(value)) return null;
+    last = last * weight + (1 - weight) * value;
+    count += 1;
+    return last / (1 - Math.pow(weight, count));
+  });
+}
+
+/** At most about maxPoints points: the x range is cut into buckets and each keeps the points of
+ * its lowest and highest y (in x order), so spikes survive. Returns [xs, ...ys] like the input;
+ * bucket extremes are chosen on the first y series. */
+export function downsampleMinMax(xs, ys, maxPoints) {
+  const n = xs.length;
+  if (n <= maxPoints || maxPoints < 4) return [xs, ...ys];
+  const buckets = Math.floor(maxPoints / 2);
+  const keep = [];
+  const first = ys[0];
+  for (let b = 0; b < buckets; b += 1) {
+    const start = Math.floor((b * n) / buckets);
+    const end = Math.floor(((b + 1) * n) / buckets);
+    let low = -1;
+    let high = -1;
+    for (let i = start; i < end; i += 1) {
+      const v = first[i];
+      if (v === null || !Number.isFinite(v)) continue;
+      if (low < 0 || v < first[low]) low = i;
+      if (high < 0 || v > first[high]) high = i;
+    }
+    if (low < 0) {
+      keep.push(start);
+      continue;
+    }
+    if (low === high) keep.push(low);
+    else keep.push(Math.min(low, high), Math.max(low, high));
+  }
+  return [keep.map((i) => xs[i]), ...ys.map((y) => keep.map((i) => y[i]))];
+}
+
+/** Seeds of one group on a common x axis: for every x any seed has, the mean, min and max of
+ * the seeds that have a value there. series: [{xs, ys}] with xs ascending. */
+export function groupStats(series) {
+  const byX = new Map();
+  for (const { xs, ys } of series) {
+    xs.forEach((x, i) => {
+      const y = ys[i];
+      if (x === null || y === null || !Number.isFinite(y)) return;
+      if (!byX.has(x)) byX.set(x, []);
+      byX.get(x).push(y);
+    });
+  }
+  const xs = [...byX.keys()].sort((a, b) => a - b);
+  const mean = [];
+  const min = [];
+  const max = [];
+  for (const x of xs) {
+    const values = byX.get(x);
+    mean.push(values.reduce((a, b) => a + b, 0) / values.length);
+    min.push(Math.min(...values));
+    max.push(Math.max(...values));
+  }
+  return { xs, mean, min, max };
+}
+
+/** The runs' groups: runs sharing a group name (their seeds) together, in first-seen order. */
+export function groupRuns(runs) {
+  const groups = new Map();
+  for (const run of runs) {
+    if (!groups.has(run.group)) groups.set(run.group, []);
+    groups.get(run.group).push(run);
+  }
+  return groups;
+}
+
+/** The columns worth plotting: every numeric column but the axes and the round counter. */
+export function plottableColumns(columns) {
+  const skip = new Set(["round", "env_steps", "wall_time_s"]);
+  return columns.filter((c) => !skip.has(c));
+}

@@ -1,0 +1,41 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { downsampleMinMax, emaSmooth, groupRuns, groupStats } from "../src/series.js";
+
+test("debiased EMA: the first value is kept, then values are averaged", () => {
+  assert.deepEqual(emaSmooth([1, 2, 3], 0), [1, 2, 3]);
+  const smoothed = emaSmooth([10, 0, null, 0], 0.5);
+  assert.equal(smoothed[0], 10); // debiased: not 5
+  assert.ok(Math.abs(smoothed[1] - (0.5 * 5 + 0) / 0.75) < 1e-12); // (5 * 0.5) / (1 - 0.25)
+  assert.equal(smoothed[2], null);
+  assert.ok(smoothed[3] < smoothed[1]);
+});
+
+test("min/max downsampling keeps spikes and bounds the size", () => {
+  const xs = Array.from({ length: 10000 }, (_, i) => i);
+  const ys = xs.map((x) => (x === 5000 ? 100 : x === 7000 ? -100 : 0));
+  const [dx, dy] = downsampleMinMax(xs, [ys], 2000);
+  assert.ok(dx.length <= 2000 && dx.length > 900);
+  assert.ok(dy.includes(100) && dy.includes(-100));
+  for (let i = 1; i < dx.length; i += 1) assert.ok(dx[i] > dx[i - 1]);
+  const [same] = downsampleMinMax([1, 2, 3], [[1, 2, 3]], 2000);
+  assert.deepEqual(same, [1, 2, 3]);
+});
+
+test("seed groups: mean, min and max on the union of x", () => {
+  const stats = groupStats([
+    { xs: [1, 2], ys: [1, 3] },
+    { xs: [1, 2, 3], ys: [3, 5, 7] },
+  ]);
+  assert.deepEqual(stats.xs, [1, 2, 3]);
+  assert.deepEqual(stats.mean, [2, 4, 7]);
+  assert.deepEqual(stats.min, [1, 3, 7]);
+  assert.deepEqual(stats.max, [3, 5, 7]);
+  const groups = groupRuns([
+    { id: "a", group: "hopper" },
+    { id: "b", group: "cheetah" },
+    { id: "c", group: "hopper" },
+  ]);
+  assert.deepEqual([...groups.keys()], ["hopper", "cheetah"]);
+  assert.deepEqual(groups.get("hopper").map((r) => r.id), ["a", "c"]);
+});
