@@ -11,7 +11,6 @@ This module imports neither torch nor ray, so the CLI can validate a config inst
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import re
 import types
@@ -23,7 +22,7 @@ from typing import Any
 import yaml
 
 from drlcli.algos.registry import ALGORITHMS, DEFAULT_ALGORITHM, get_algorithm
-from drlcli.config_fields import in_range, positive
+from drlcli.config_fields import check_plain_data, describe_value, in_range, positive
 from drlcli.errors import ConfigError
 
 # --- schema ------------------------------------------------------------------------------------
@@ -208,20 +207,10 @@ def check_env_kwargs(kwargs: Any, path: str) -> None:
     Raises:
         ConfigError: naming the offending key.
     """
-    if not isinstance(kwargs, dict):
-        raise ConfigError(f"{path}: expected a mapping, got {_describe(kwargs)}")
-    for key, value in kwargs.items():
-        if not isinstance(key, str):
-            raise ConfigError(f"{path}: keys must be strings, got {key!r}")
+    check_plain_data(kwargs, path)
+    for key in kwargs:
         if key in RESERVED_ENV_KWARGS:
             raise ConfigError(f"{path}.{key}: set by drl; use {RESERVED_ENV_KWARGS[key]}")
-        try:
-            json.dumps(value, allow_nan=False)
-        except (TypeError, ValueError):
-            raise ConfigError(
-                f"{path}.{key}: {_describe(value)} is not plain data (use strings, numbers, "
-                "booleans, lists and mappings)"
-            ) from None
 
 
 def _build_dataclass(
@@ -231,7 +220,7 @@ def _build_dataclass(
     hint_overrides: dict[str, type] | None = None,
 ) -> Any:
     if not isinstance(raw, dict):
-        raise ConfigError(f"{path or 'config'}: expected a mapping, got {_describe(raw)}")
+        raise ConfigError(f"{path or 'config'}: expected a mapping, got {describe_value(raw)}")
     hints = typing.get_type_hints(cls)
     hints.update(hint_overrides or {})
     fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -272,30 +261,30 @@ def _coerce(value: Any, type_: Any, path: str) -> Any:
         return _build_dataclass(type_, value, path)
     if origin is tuple:
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{path}: expected a list, got {_describe(value)}")
+            raise ConfigError(f"{path}: expected a list, got {describe_value(value)}")
         item_type = args[0]
         return tuple(_coerce(item, item_type, f"{path}[{i}]") for i, item in enumerate(value))
     if origin is dict or type_ is dict:
         if not isinstance(value, dict):
-            raise ConfigError(f"{path}: expected a mapping, got {_describe(value)}")
+            raise ConfigError(f"{path}: expected a mapping, got {describe_value(value)}")
         return dict(value)
     if type_ is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{path}: expected true or false, got {_describe(value)}")
+            raise ConfigError(f"{path}: expected true or false, got {describe_value(value)}")
         return value
     if type_ is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{path}: expected int, got {_describe(value)}")
+            raise ConfigError(f"{path}: expected int, got {describe_value(value)}")
         return value
     if type_ is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{path}: expected a number, got {_describe(value)}")
+            raise ConfigError(f"{path}: expected a number, got {describe_value(value)}")
         if not math.isfinite(value):
             raise ConfigError(f"{path}: expected a finite number, got {value}")
         return float(value)
     if type_ is str:
         if not isinstance(value, str):
-            raise ConfigError(f"{path}: expected a string, got {_describe(value)}")
+            raise ConfigError(f"{path}: expected a string, got {describe_value(value)}")
         return value
     raise TypeError(f"unsupported config type {type_}")
 
@@ -318,14 +307,6 @@ def _check_bounds(value: Any, metadata: Any, path: str) -> None:
         left = "(" if metadata["low_open"] else "["
         right = ")" if metadata["high_open"] else "]"
         raise ConfigError(f"{path}: must be in {left}{low:g}, {high:g}{right}, got {value}")
-
-
-def _describe(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, (dict, list)):
-        return f"a {type(value).__name__}"
-    return repr(value)
 
 
 def _join(path: str, key: str) -> str:

@@ -351,11 +351,11 @@ def test_a_spawned_process_rebuilds_the_same_actor_from_the_spec():
         ),
         (
             {"actor_config": {"builder": "x.y:z", "kwargs": {"width": float("nan")}}},
-            "algo_params.actor_config.kwargs.width: nan is not JSON data",
+            "algo_params.actor_config.kwargs.width: nan is not plain data",
         ),
         (
             {"actor_config": {"builder": "x.y:z", "kwargs": {"when": datetime.date(2026, 1, 1)}}},
-            "algo_params.actor_config.kwargs.when: datetime.date(2026, 1, 1) is not JSON data",
+            "algo_params.actor_config.kwargs.when: datetime.date(2026, 1, 1) is not plain data",
         ),
         (
             {"actor_config": {"builder": "x.y:z", "kwarg": {}}},

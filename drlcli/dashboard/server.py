@@ -264,7 +264,10 @@ def start_dashboard(
     """
     missing = [str(root) for root in roots if not Path(root).is_dir()]
     if missing:
-        raise UsageError(f"not a folder: {', '.join(missing)}")
+        raise UsageError(
+            f"not a folder: {', '.join(missing)}; name the folders that hold your runs "
+            "(drl train writes them to output_dir, default output)"
+        )
     try:
         server = DashboardServer((host, port), RunIndex([Path(root) for root in roots]))
     except OSError as error:

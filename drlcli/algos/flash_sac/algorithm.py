@@ -3,13 +3,13 @@ custom-actor and CUDA-graph rules (docs/adr/0017-custom-policy-actors.md), each 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
 from drlcli.actors.spec import BUILDER_PATTERN, ActorSpec
 from drlcli.algos.algorithm import Algorithm
 from drlcli.algos.flash_sac.params import ActorConfig, FlashSACParams
+from drlcli.config_fields import check_plain_data
 from drlcli.errors import ConfigError
 from drlcli.normalization import reward_scaler_state_problem
 
@@ -63,17 +63,7 @@ def _check_actor_config(actor_config: ActorConfig) -> None:
         raise ConfigError(
             f"{where}.builder: must look like 'pkg.module:callable', got {actor_config.builder!r}"
         )
-    for key, value in actor_config.kwargs.items():
-        if not isinstance(key, str):
-            raise ConfigError(f"{where}.kwargs: keys must be strings, got {key!r}")
-        try:
-            json.dumps(value, allow_nan=False)
-        except (TypeError, ValueError):
-            raise ConfigError(
-                f"{where}.kwargs.{key}: {value!r} is not JSON data (the kwargs travel to every "
-                "process and into checkpoints: use strings, finite numbers, booleans, lists and "
-                "mappings)"
-            ) from None
+    check_plain_data(actor_config.kwargs, f"{where}.kwargs")
 
 
 def resolve_cuda_graph(params: FlashSACParams, spec: ActorSpec, device: Any) -> bool:

@@ -22,6 +22,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from drlcli.actors.contract import module_memory_bytes
+
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 1.0
 
@@ -118,10 +120,8 @@ class TwinEncoderActor(nn.Module):
         """No norm constraint in this architecture."""
 
     def inference_startup_memory_categories(self) -> dict[str, int]:
-        return {
-            "parameters": sum(p.numel() * p.element_size() for p in self.parameters()),
-            "buffers": sum(b.numel() * b.element_size() for b in self.buffers()),
-        }
+        """Parameters and buffers are all inference needs (drl's helper counts them)."""
+        return module_memory_bytes(self)
 
 
 def build(
