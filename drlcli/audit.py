@@ -266,6 +266,17 @@ def _check_inference_memory(payload: dict) -> str:
     return describe_memory(declared) + f"; the stored actor holds {format_bytes(stored)}"
 
 
+def _check_evaluation(payload: dict) -> str:
+    evaluation = _record(payload).evaluation
+    if evaluation is None:
+        return "none recorded (a checkpoint written mid-run, or by an older drl)"
+    return (
+        f"return {evaluation['return_mean']:.1f} ± {evaluation['return_std']:.1f} over "
+        f"{evaluation['episodes']} deterministic episodes, weights of env step "
+        f"{evaluation['env_steps']}"
+    )
+
+
 def _check_versions(payload: dict) -> str:
     versions = payload["versions"]
     written = versions.get("drl")
@@ -286,5 +297,6 @@ _CHECKS: list[tuple[str, Callable[[dict], str]]] = [
     ("progress counters", _check_progress),
     ("resume state", _check_learner_states),
     ("inference memory", _check_inference_memory),
+    ("evaluation", _check_evaluation),
     ("library versions", _check_versions),
 ]

@@ -32,6 +32,8 @@ from drlcli.normalization import DEFAULT_OBSERVATION_CLIP
 if TYPE_CHECKING:
     from drlcli.config import Config
 
+BEST_BY_EVALUATION = "evaluation"
+BEST_BY_TRAINING_RETURN = "training return"
 FORMAT_NAME = "drl-checkpoint"
 FORMAT_VERSION = 1
 SUPPORTED_FORMAT_VERSIONS = (1,)
@@ -45,6 +47,9 @@ class RunProgress:
     env_steps: int = 0
     wall_time_s: float = 0.0
     best_return: float | None = None
+    # What best_return measures: BEST_BY_EVALUATION (the deterministic evaluation's mean
+    # return) or BEST_BY_TRAINING_RETURN (a round's mean training return; older files).
+    best_criterion: str = BEST_BY_TRAINING_RETURN
 
 
 @dataclass(frozen=True)
@@ -117,6 +122,8 @@ class Checkpoint:
         inference_memory: the bytes per category the actor declared it needs to start
             inference (``inference_startup_memory_categories``); None in checkpoints written
             before drl recorded it.
+        evaluation: the deterministic evaluation of these weights (``EvaluationResult
+            .to_dict()``), when one ran: every final checkpoint, best ones chosen by it.
     """
 
     algo: str
@@ -130,6 +137,7 @@ class Checkpoint:
     observation_clip: float = DEFAULT_OBSERVATION_CLIP
     versions: dict[str, str] = field(default_factory=current_versions)
     inference_memory: dict[str, int] | None = None
+    evaluation: dict[str, Any] | None = None
 
     @property
     def algorithm(self) -> Algorithm:
@@ -151,6 +159,7 @@ class Checkpoint:
             "learner_states": _to_tensors(self.learner_states),
             "versions": self.versions,
             "inference_memory": self.inference_memory,
+            "evaluation": self.evaluation,
         }
 
     @staticmethod
@@ -184,8 +193,9 @@ class Checkpoint:
                 max_episode_steps=env.get("max_episode_steps"),
                 kwargs=dict(env.get("kwargs", {})),
             )
-            counters = RunProgress(
-                **{f.name: progress[f.name] for f in dataclasses.fields(RunProgress)}
+            names = [f.name for f in dataclasses.fields(RunProgress)]
+            counters = RunProgress(  # a missing counter is a KeyError, but for later ones
+                **{n: progress[n] for n in names if n in progress or n not in _LATER_PROGRESS}
             )
         except (KeyError, TypeError, ValueError) as error:
             raise CheckpointError(
@@ -208,7 +218,26 @@ class Checkpoint:
             observation_clip=float(payload.get("observation_clip", DEFAULT_OBSERVATION_CLIP)),
             versions=_field(payload, "versions", dict, source),
             inference_memory=_inference_memory(payload.get("inference_memory"), source),
+            evaluation=_evaluation(payload.get("evaluation"), source),
         )
+
+
+# Progress counters later drl versions added: older checkpoints take the defaults.
+_LATER_PROGRESS = frozenset({"best_criterion"})
+EVALUATION_FIELDS = ("env_steps", "episodes", "return_mean", "return_std", "episode_length_mean")
+
+
+def _evaluation(value: Any, source: str) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not all(
+        isinstance(value.get(key), (int, float)) and not isinstance(value.get(key), bool)
+        for key in EVALUATION_FIELDS
+    ):
+        raise CheckpointError(
+            f"{source}: checkpoint 'evaluation' must hold numbers {', '.join(EVALUATION_FIELDS)}"
+        )
+    return dict(value)
 
 
 def _inference_memory(value: Any, source: str) -> dict[str, int] | None:

@@ -54,6 +54,18 @@ RESERVED_ENV_KWARGS = {
 
 
 @dataclass(frozen=True)
+class EvaluationConfig:
+    """Deterministic evaluation of the policy (``transform(mean)``, frozen observation
+    statistics) on environments seeded apart from training, in its own Ray actor."""
+
+    interval_env_steps: int | None = field(default=None, metadata=positive())
+    """Evaluate every this many env steps, overlapping the next round, and keep the best
+    checkpoint by evaluation; null: no periodic evaluation (best by training return)."""
+    episodes: int = field(default=10, metadata=positive())
+    """Episodes per evaluation, also of the final one at the end of every run."""
+
+
+@dataclass(frozen=True)
 class Config:
     """One training run. Topology names (num_actors, num_gpus, ...) are those of Method.md."""
 
@@ -63,6 +75,8 @@ class Config:
     """A registered algorithm (drlcli/algos/registry.py); selects the ``algo_params`` schema."""
     env: EnvConfig = field(default_factory=EnvConfig)
     """The task."""
+    evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
+    """Periodic and final deterministic evaluation."""
     num_actors: int = field(default=1, metadata=positive())
     """Rollout actors requested in total."""
     num_gpus: int = field(default=1, metadata=positive())
@@ -95,7 +109,8 @@ class Config:
 
     @property
     def best_checkpoint_path(self) -> Path:
-        """``<output_dir>/model_<name>_best.pt``: the best mean episode return so far."""
+        """``<output_dir>/model_<name>_best.pt``: the best evaluated policy so far (the best
+        mean training return without periodic evaluation)."""
         return Path(self.output_dir) / f"model_{self.name}_best.pt"
 
     @property

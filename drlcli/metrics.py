@@ -29,6 +29,14 @@ COMMON_METRICS: dict[str, str] = {
     "episode_return_max": "highest such return",
     "episode_length_mean": "mean length of the episodes finished this round",
 }
+# Written when evaluation is periodic (config evaluation.interval_env_steps), on the rows of the
+# rounds in which an evaluation finished.
+EVALUATION_METRICS: dict[str, str] = {
+    "eval_return_mean": "mean return of the deterministic evaluation episodes",
+    "eval_return_std": "their standard deviation",
+    "eval_episode_length_mean": "their mean length",
+    "eval_env_steps": "the training env step of the evaluated weights",
+}
 OPEN_FAMILIES: tuple[str, ...] = ("Loss/aux_",)
 TIME_COLUMNS: frozenset[str] = frozenset({"wall_time_s", "sps"})
 # Aggregated across learners by sum; every other learner metric is averaged.
@@ -36,14 +44,22 @@ SUMMED_ACROSS_LEARNERS: frozenset[str] = frozenset({"buffer_size"})
 
 
 def metric_schema(algorithm: Algorithm) -> dict[str, str]:
-    """Every registered name of a run of ``algorithm`` with its meaning, in CSV order."""
-    return {**COMMON_METRICS, **algorithm.metrics}
+    """Every registered name of a run of ``algorithm`` with its meaning."""
+    return {**COMMON_METRICS, **EVALUATION_METRICS, **algorithm.metrics}
 
 
-def metric_columns(algorithm: Algorithm, aux_loss_names: Sequence[str] = ()) -> list[str]:
-    """The CSV columns of a run: common, the algorithm's, then ``Loss/aux_<name>`` sorted."""
+def metric_columns(
+    algorithm: Algorithm, aux_loss_names: Sequence[str] = (), evaluation: bool = False
+) -> list[str]:
+    """The CSV columns of a run: common, evaluation's (when periodic), the algorithm's, then
+    ``Loss/aux_<name>`` sorted."""
     aux = [f"{OPEN_FAMILIES[0]}{name}" for name in sorted(aux_loss_names)]
-    columns = [*metric_schema(algorithm), *aux]
+    columns = [
+        *COMMON_METRICS,
+        *(EVALUATION_METRICS if evaluation else ()),
+        *algorithm.metrics,
+        *aux,
+    ]
     check_metric_names(columns, algorithm)
     return columns
 

@@ -23,13 +23,34 @@ from drlcli.normalization import RmsState, normalize_observation
 
 
 @dataclass
-class PlayPolicy:
-    """A checkpoint's policy with its frozen observation statistics.
+class FrozenPolicy:
+    """A policy actor with frozen observation statistics: what play and evaluation run.
 
     Attributes:
         actor: the policy actor, weights loaded, in eval mode.
         obs_rms: frozen observation statistics (None: observations are used raw).
         observation_clip: clip of normalised observations.
+    """
+
+    actor: torch.nn.Module
+    obs_rms: RmsState | None
+    observation_clip: float
+
+    def act(self, obs: np.ndarray, deterministic: bool = True, dones: Any = None) -> np.ndarray:
+        """Env actions ``[B, action_dim]`` float32 for raw observations ``[B, obs_dim]``."""
+        normalized = normalize_observation(obs, self.obs_rms, self.observation_clip)
+        with torch.no_grad():
+            actions = self.actor.explore(
+                torch.from_numpy(normalized), dones=dones, deterministic=deterministic
+            )
+        return actions.numpy().astype(np.float32)
+
+
+@dataclass
+class PlayPolicy(FrozenPolicy):
+    """A checkpoint's policy with its frozen observation statistics and its environment.
+
+    Attributes:
         env_id: the environment the checkpoint was trained on (or the validated override).
         env_kwargs: the ``gymnasium.make`` keyword arguments training used ({} for an override).
         facts: that environment's spaces.
@@ -38,9 +59,6 @@ class PlayPolicy:
         inference_memory: bytes per category the rebuilt actor declares it needs for inference.
     """
 
-    actor: torch.nn.Module
-    obs_rms: RmsState | None
-    observation_clip: float
     env_id: str
     env_kwargs: dict[str, Any]
     facts: EnvFacts
@@ -56,16 +74,6 @@ class PlayPolicy:
             max_episode_steps=self.max_episode_steps,
             **{**self.env_kwargs, **overrides},
         )
-
-    def act(self, obs: np.ndarray, deterministic: bool = True, dones: Any = None) -> np.ndarray:
-        """Env actions ``[B, action_dim]`` float32 for raw observations ``[B, obs_dim]``."""
-        normalized = normalize_observation(obs, self.obs_rms, self.observation_clip)
-        with torch.no_grad():
-            actions = self.actor.explore(
-                torch.from_numpy(normalized), dones=dones, deterministic=deterministic
-            )
-        return actions.numpy().astype(np.float32)
-
 
 def load_play_actor(
     path: str | Path,
@@ -142,7 +150,7 @@ class EpisodeResult:
 
 
 def run_episodes(
-    policy: PlayPolicy,
+    policy: FrozenPolicy | PlayPolicy,
     episodes: int,
     seed: int,
     deterministic: bool = True,
@@ -152,7 +160,8 @@ def run_episodes(
     """Run ``episodes`` full episodes; episode ``i`` is reset with ``seed + i``.
 
     Args:
-        env: an environment to use (e.g. with a render mode); default: a fresh one.
+        env: an environment to use (e.g. with a render mode); default: a fresh one (a
+            ``PlayPolicy``'s own; a ``FrozenPolicy`` needs ``env``).
         on_frame: called with the env after every reset and step (rendering, recording).
     """
     own_env = env is None

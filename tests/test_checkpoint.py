@@ -27,6 +27,7 @@ def test_round_trip_keeps_every_field(checkpoint_file, ppo_checkpoint_payload):
         "env_steps": 6144,
         "wall_time_s": 1.5,
         "best_return": 12.5,
+        "best_criterion": "training return",
     }
 
 
@@ -263,3 +264,22 @@ def test_resume_accepts_reward_scalers_that_are_null_or_moments(tmp_path, checkp
     facts = EnvRecord(**payload["env"]).facts()
     stored = _load_for_resume(path, load_config(config_path), payload["actor_semantics"], facts)
     assert stored.learner_states[0]["reward_scalers"][0]["count"] == 8.0
+
+
+def test_checkpoints_from_before_evaluation_and_memory_records_still_read(checkpoint_file):
+    from drlcli.checkpoint import read_checkpoint
+
+    def older(payload):
+        del payload["progress"]["best_criterion"]
+        del payload["inference_memory"]
+        del payload["evaluation"]
+
+    checkpoint = read_checkpoint(checkpoint_file(older))
+    assert checkpoint.progress.best_criterion == "training return"
+    assert checkpoint.inference_memory is None and checkpoint.evaluation is None
+
+    def no_round(payload):
+        del payload["progress"]["round"]
+
+    with pytest.raises(CheckpointError, match="progress entry is malformed"):
+        read_checkpoint(checkpoint_file(no_round, name="broken.pt"))

@@ -130,3 +130,14 @@ def test_resume_appends_under_the_same_header_and_refuses_another(tmp_path):
     with pytest.raises(TrainingError, match="existing metrics columns differ"):
         MetricsWriter(path, ["round", "sps", "episodes"], append=True)
     assert path.read_bytes() == before
+
+
+def test_evaluation_columns_follow_the_common_ones_when_evaluation_is_periodic():
+    assert metric_columns(PPO, evaluation=True) == [
+        *COMMON,
+        "eval_return_mean",
+        "eval_return_std",
+        "eval_episode_length_mean",
+        "eval_env_steps",
+        *PPO_COLUMNS[len(COMMON) :],
+    ]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from drlcli.algos.registry import ALGORITHMS, BUILTIN_BUILDERS, actor_kind, get_algorithm
-from drlcli.config import Config, EnvConfig
+from drlcli.config import Config, EnvConfig, EvaluationConfig
 from drlcli.errors import ConfigError
 
 PACKAGE = Path(__file__).resolve().parent.parent / "drlcli"
@@ -94,12 +94,13 @@ def _method_table_fields(heading: str) -> set[str]:
     [
         (Config, "### Top level"),
         (EnvConfig, "### `env`"),
+        (EvaluationConfig, "### `evaluation`"),
         *[
             (algorithm.params_type, f"### `algo_params` for `algo: {name}`")
             for name, algorithm in ALGORITHMS.items()
         ],
     ],
-    ids=["config", "env", *ALGORITHMS],
+    ids=["config", "env", "evaluation", *ALGORITHMS],
 )
 def test_every_config_field_is_in_method_md(dataclass_type, heading):
     documented = _method_table_fields(heading)
@@ -110,8 +111,8 @@ def test_every_config_field_is_in_method_md(dataclass_type, heading):
 
 @pytest.mark.parametrize(
     "dataclass_type",
-    [Config, EnvConfig, *(a.params_type for a in ALGORITHMS.values())],
-    ids=["config", "env", *ALGORITHMS],
+    [Config, EnvConfig, EvaluationConfig, *(a.params_type for a in ALGORITHMS.values())],
+    ids=["config", "env", "evaluation", *ALGORITHMS],
 )
 def test_every_config_field_carries_its_meaning_where_it_is_defined(dataclass_type):
     import inspect

@@ -17,7 +17,14 @@ from rich.progress import (
 from rich.table import Table
 
 # Diagnostics added to a --quiet log line when the algorithm reports them.
-_LOG_EXTRAS = ("approx_kl", "Loss/value", "Loss/critic", "temperature", "updates_per_second")
+_LOG_EXTRAS = (
+    "eval_return_mean",
+    "approx_kl",
+    "Loss/value",
+    "Loss/critic",
+    "temperature",
+    "updates_per_second",
+)
 
 
 def _fmt(value: Any, spec: str = ".1f") -> str:
@@ -25,7 +32,8 @@ def _fmt(value: Any, spec: str = ".1f") -> str:
 
 
 class TrainingProgress:
-    """Shows env steps / total, SPS, ETA and the latest mean episode return."""
+    """Shows env steps / total, SPS, ETA, the latest mean episode return and the latest
+    deterministic evaluation return (with the env step it belongs to)."""
 
     def __init__(self, total_env_steps: int, completed: int, quiet: bool, console: Console):
         self.quiet = quiet
@@ -40,6 +48,7 @@ class TrainingProgress:
                 TextColumn("env steps"),
                 TextColumn("{task.fields[sps]} sps"),
                 TextColumn("return {task.fields[ret]}"),
+                TextColumn("eval {task.fields[evaluation]}"),
                 TimeElapsedColumn(),
                 TextColumn("eta"),
                 TimeRemainingColumn(),
@@ -47,7 +56,12 @@ class TrainingProgress:
                 transient=False,
             )
             self._task = self._bar.add_task(
-                "train", total=total_env_steps, completed=completed, sps="-", ret="-"
+                "train",
+                total=total_env_steps,
+                completed=completed,
+                sps="-",
+                ret="-",
+                evaluation="-",
             )
 
     def __enter__(self) -> TrainingProgress:
@@ -61,11 +75,17 @@ class TrainingProgress:
 
     def update(self, row: dict[str, Any], total_rounds: int) -> None:
         if self._bar is not None:
+            fields = {}
+            if row.get("eval_return_mean") is not None:
+                fields["evaluation"] = (
+                    f"{row['eval_return_mean']:.1f} @{int(row['eval_env_steps'])}"
+                )
             self._bar.update(
                 self._task,
                 completed=row["env_steps"],
                 sps=_fmt(row["sps"], ".0f"),
                 ret=_fmt(row["episode_return_mean"]),
+                **fields,
             )
             return
         extras = " ".join(
@@ -86,7 +106,14 @@ class TrainingProgress:
         table.add_row("env steps", str(summary.env_steps))
         table.add_row("wall time", f"{summary.wall_time_s:.1f} s")
         table.add_row("last mean return", _fmt(summary.last_return))
-        table.add_row("best mean return", _fmt(summary.best_return))
+        final = summary.final_evaluation
+        if final is not None:
+            table.add_row(
+                "final evaluation",
+                f"{final.return_mean:.1f} ± {final.return_std:.1f} over "
+                f"{len(final.returns)} deterministic episodes",
+            )
+        table.add_row(f"best ({summary.best_criterion})", _fmt(summary.best_return))
         table.add_row("checkpoint", escape(str(summary.checkpoint_path)))
         if summary.best_checkpoint_path is not None:
             best = escape(str(summary.best_checkpoint_path))

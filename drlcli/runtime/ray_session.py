@@ -56,18 +56,20 @@ class ProcessResources:
     learner: dict[str, float]
     rollout_actor: dict[str, float]
     cpu_share: float  # CPUs per CPU-bound process: 1, or less on a cluster with too few
-    cpu_processes: int  # rollout actors and CPU learners
+    cpu_processes: int  # rollout actors, CPU learners and the evaluator
     cluster_cpus: float
 
 
 def process_resources(topology: TrainingTopology) -> ProcessResources:
-    """One GPU per CUDA learner; one CPU per rollout actor and per CPU learner, or an equal
-    share of the cluster's CPUs when it has fewer than that (whole-CPU requests would leave the
-    surplus processes pending forever). Call inside a Ray session."""
+    """One GPU per CUDA learner; one CPU per rollout actor, per CPU learner and for the
+    evaluator (its request is ``rollout_actor``'s), or an equal share of the cluster's CPUs when
+    it has fewer than that (whole-CPU requests would leave the surplus pending forever). Call
+    inside a Ray session."""
     import ray
 
     cuda = topology.learner_device == "cuda"
-    cpu_processes = topology.num_actors + (0 if cuda else topology.num_learners)
+    # Rollout actors, CPU learners and the evaluator.
+    cpu_processes = topology.num_actors + (0 if cuda else topology.num_learners) + 1
     available = float(ray.cluster_resources().get("CPU", 0.0))
     share = 1.0
     if available < cpu_processes:

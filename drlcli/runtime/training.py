@@ -28,6 +28,8 @@ from drlcli.actors.spec import ActorSpec, actor_semantics, build_policy_actor
 from drlcli.algos.algorithm import Algorithm, ReplaySaving
 from drlcli.algos.registry import ALGORITHMS, get_algorithm
 from drlcli.checkpoint import (
+    BEST_BY_EVALUATION,
+    BEST_BY_TRAINING_RETURN,
     Checkpoint,
     EnvRecord,
     RunProgress,
@@ -40,8 +42,10 @@ from drlcli.checkpoint import (
 from drlcli.config import Config
 from drlcli.envs import EnvFacts, env_facts, make_env
 from drlcli.errors import CheckpointError, UsageError
+from drlcli.evaluation import EvaluationResult
 from drlcli.metrics import MetricsWriter, metric_columns
 from drlcli.normalization import DEFAULT_OBSERVATION_CLIP
+from drlcli.runtime.evaluation import EvaluationRunner
 from drlcli.runtime.progress import TrainingProgress
 from drlcli.runtime.ray_session import process_resources, ray_session
 from drlcli.topology import AvailableDevices, TrainingTopology, detect_available_devices
@@ -58,6 +62,8 @@ class TrainingSummary:
     checkpoint_path: Path
     best_checkpoint_path: Path | None  # None: not written (no finished episode beat the best)
     metrics_path: Path
+    best_criterion: str = BEST_BY_TRAINING_RETURN  # what best_return measures
+    final_evaluation: EvaluationResult | None = None  # of the final policy
 
 
 def train(
@@ -98,21 +104,31 @@ def train(
     )
     replay_file = _replay_file(algorithm, config, resume, resume_replay)
 
-    num_cpus = max(os.cpu_count() or 1, topology.num_actors + topology.num_learners)
+    # Enough logical CPUs for every rollout actor, learner and the evaluator.
+    num_cpus = max(os.cpu_count() or 1, topology.num_actors + topology.num_learners + 1)
     with ray_session(address, num_cpus=num_cpus):
         if address and devices is None:
             topology = resolve_for(config, _cluster_devices())
         resources = process_resources(topology)
+        evaluator = EvaluationRunner(config, actor.spec, resources.rollout_actor)
         if resources.cpu_share < 1.0:
             console.print(
                 f"note: {resources.cluster_cpus:g} CPUs in the Ray cluster for "
-                f"{resources.cpu_processes} rollout actors and CPU learners: each gets "
+                f"{resources.cpu_processes} rollout actors, CPU learners and the evaluator: "
+                "each gets "
                 f"{resources.cpu_share:g} of a CPU",
                 style="yellow",
                 highlight=False,
             )
         steps_per_round = topology.num_actors * config.env.num_envs * config.rollout_length
         progress = dataclasses.replace(stored.progress) if stored is not None else RunProgress()
+        criterion = (
+            BEST_BY_EVALUATION
+            if config.evaluation.interval_env_steps is not None
+            else BEST_BY_TRAINING_RETURN
+        )
+        if progress.best_criterion != criterion:  # the stored best measured something else
+            progress.best_return, progress.best_criterion = None, criterion
         # Counted in env steps, so a resume may change the round size (more rollout actors).
         rounds_left = math.ceil((config.total_env_steps - progress.env_steps) / steps_per_round)
         total_rounds = progress.round + rounds_left
@@ -121,7 +137,11 @@ def train(
                 f"{resume}: already trained {progress.env_steps} of total_env_steps="
                 f"{config.total_env_steps}; raise total_env_steps in the config to continue"
             )
-        columns = metric_columns(algorithm, actor.aux_loss_names)
+        columns = metric_columns(
+            algorithm,
+            actor.aux_loss_names,
+            evaluation=config.evaluation.interval_env_steps is not None,
+        )
         writer = MetricsWriter(config.metrics_path, columns, append=stored is not None)
         try:
             return _run(
@@ -136,11 +156,13 @@ def train(
                 total_rounds,
                 steps_per_round,
                 writer,
+                evaluator,
                 quiet,
                 console,
             )
         finally:
             writer.close()
+            evaluator.close()
 
 
 @dataclass(frozen=True)
@@ -268,6 +290,7 @@ def _run(
     total_rounds: int,
     steps_per_round: int,
     writer: MetricsWriter,
+    evaluator: EvaluationRunner,
     quiet: bool,
     console: Console,
 ) -> TrainingSummary:
@@ -288,6 +311,8 @@ def _run(
         quiet=quiet,
         console=console,
     )
+    best = BestCheckpoint(config, progress)
+    checkpoint: Checkpoint | None = None
     try:
         with display, StopRequest(console) as stop:
             for round_index in range(progress.round, total_rounds):
@@ -303,15 +328,12 @@ def _run(
                 row = _metrics_row(
                     progress, stats, learner_metrics, steps_per_round / (now - round_started)
                 )
+                evaluated = evaluator.collect() if evaluator.periodic else None
+                if evaluated is not None:
+                    row.update(evaluated[0].metrics())
                 writer.write(row)
-                returned = row["episode_return_mean"]
-                improved = returned is not None and (
-                    progress.best_return is None or returned > progress.best_return
-                )
-                if returned is not None:
-                    last_return = returned
-                if improved:
-                    progress.best_return = returned
+                if row["episode_return_mean"] is not None:
+                    last_return = row["episode_return_mean"]
                 obs_rms_state, learner_states = loop.checkpoint_parts()
                 checkpoint = build_checkpoint(
                     algorithm, config, actor, facts, progress, obs_rms_state, learner_states
@@ -319,11 +341,28 @@ def _run(
                 write_checkpoint(config.checkpoint_path, checkpoint)
                 if saves_replay:
                     loop.save_replay(replay_path(config.checkpoint_path))
-                if improved:
-                    write_checkpoint(config.best_checkpoint_path, checkpoint)
+                if evaluator.periodic:
+                    if evaluated is not None:
+                        best.offer_evaluated(*evaluated)
+                    if evaluator.due(progress.env_steps):
+                        evaluator.submit(checkpoint)
+                else:
+                    best.offer_training_return(row["episode_return_mean"], checkpoint)
                 display.update(row, total_rounds)
     finally:
         loop.close()
+    final_evaluation = None
+    if checkpoint is not None:
+        if evaluator.periodic and (evaluated := evaluator.collect(wait=True)) is not None:
+            best.offer_evaluated(*evaluated)
+            if evaluated[1].progress.env_steps == checkpoint.progress.env_steps:
+                final_evaluation = evaluated[0]  # the final weights were just evaluated
+        # The final policy is always evaluated; the latest checkpoint records the result.
+        final_evaluation = final_evaluation or evaluator.evaluate_now(checkpoint)
+        checkpoint = dataclasses.replace(checkpoint, evaluation=final_evaluation.to_dict())
+        write_checkpoint(config.checkpoint_path, checkpoint)
+        if evaluator.periodic:
+            best.offer_evaluated(final_evaluation, checkpoint)
 
     summary = TrainingSummary(
         rounds=progress.round,
@@ -338,9 +377,45 @@ def _run(
             else None
         ),
         metrics_path=Path(config.metrics_path),
+        best_criterion=progress.best_criterion,
+        final_evaluation=final_evaluation,
     )
     display.summary(summary)
     return summary
+
+
+class BestCheckpoint:
+    """Keeps ``model_<name>_best.pt``: the best deterministic evaluation when evaluation is
+    periodic, else the best mean training return of a round. ``progress.best_return`` (which the
+    checkpoints store) follows it."""
+
+    def __init__(self, config: Config, progress: RunProgress) -> None:
+        self.path = config.best_checkpoint_path
+        self.progress = progress
+
+    def _beats(self, value: float | None) -> bool:
+        return value is not None and (
+            self.progress.best_return is None or value > self.progress.best_return
+        )
+
+    def offer_training_return(self, value: float | None, checkpoint: Checkpoint) -> None:
+        if self._beats(value):
+            self.progress.best_return = value
+            self._write(checkpoint)
+
+    def offer_evaluated(self, result: EvaluationResult, checkpoint: Checkpoint) -> None:
+        """The weights ``checkpoint`` holds were evaluated: write them if they are the best."""
+        if self._beats(result.return_mean):
+            self.progress.best_return = result.return_mean
+            self._write(dataclasses.replace(checkpoint, evaluation=result.to_dict()))
+
+    def _write(self, checkpoint: Checkpoint) -> None:
+        counters = dataclasses.replace(
+            checkpoint.progress,
+            best_return=self.progress.best_return,
+            best_criterion=self.progress.best_criterion,
+        )
+        write_checkpoint(self.path, dataclasses.replace(checkpoint, progress=counters))
 
 
 def _metrics_row(

@@ -1,0 +1,108 @@
+"""Deterministic evaluation of a policy: ``transform(mean)`` with frozen observation statistics,
+on an environment seeded apart from training's.
+
+``PolicyEvaluator`` is a plain class; the runtime runs it in its own Ray actor so that an
+evaluation overlaps the next training round.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from drlcli.actors.spec import ActorSpec, build_policy_actor
+from drlcli.config import EnvConfig
+from drlcli.envs import env_facts, make_env
+from drlcli.normalization import RmsState
+from drlcli.play import FrozenPolicy, run_episodes
+
+# Episode i of an evaluation is reset with env.seed + EVALUATION_SEED_OFFSET + i: far from the
+# training seeds (env.seed + 10000 * rollout actor + env index) of any topology drl runs.
+EVALUATION_SEED_OFFSET = 1_000_000_007
+
+
+@dataclass(frozen=True)
+class EvaluationResult:
+    """The episodes of one evaluation of the weights of training step ``env_steps``."""
+
+    env_steps: int
+    returns: tuple[float, ...]
+    lengths: tuple[int, ...]
+
+    @property
+    def return_mean(self) -> float:
+        return statistics.fmean(self.returns)
+
+    @property
+    def return_std(self) -> float:
+        return statistics.pstdev(self.returns) if len(self.returns) > 1 else 0.0
+
+    @property
+    def episode_length_mean(self) -> float:
+        return statistics.fmean(self.lengths)
+
+    def metrics(self) -> dict[str, float]:
+        """The metrics-CSV columns of this evaluation."""
+        return {
+            "eval_return_mean": self.return_mean,
+            "eval_return_std": self.return_std,
+            "eval_episode_length_mean": self.episode_length_mean,
+            "eval_env_steps": self.env_steps,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """The checkpoint's ``evaluation`` entry (plain data)."""
+        return {
+            "env_steps": self.env_steps,
+            "episodes": len(self.returns),
+            "return_mean": self.return_mean,
+            "return_std": self.return_std,
+            "episode_length_mean": self.episode_length_mean,
+        }
+
+
+class PolicyEvaluator:
+    """Runs ``episodes`` deterministic episodes of given weights on its own environment.
+
+    Args:
+        env_config: the training task (id, kwargs, time limit; its seed is offset).
+        actor_spec: rebuilds the run's policy actor in this process.
+        episodes: episodes per evaluation.
+    """
+
+    def __init__(self, env_config: EnvConfig, actor_spec: ActorSpec, episodes: int) -> None:
+        import torch
+
+        torch.set_num_threads(1)  # inference on small batches: one thread, no contention
+        self.env = make_env(
+            env_config.id, max_episode_steps=env_config.max_episode_steps, **env_config.kwargs
+        )
+        facts = env_facts(self.env)
+        self.actor = build_policy_actor(
+            actor_spec, facts.obs_dim, facts.action_dim, "cpu", facts.action_low, facts.action_high
+        )
+        self.seed = env_config.seed + EVALUATION_SEED_OFFSET
+        self.episodes = episodes
+
+    def evaluate(
+        self,
+        actor_state: dict[str, Any],
+        obs_rms_state: dict[str, Any] | None,
+        observation_clip: float,
+        env_steps: int,
+    ) -> EvaluationResult:
+        """Load the weights (and frozen statistics) and run the episodes."""
+        self.actor.load_state_dict(actor_state)
+        self.actor.eval()
+        obs_rms = None if obs_rms_state is None else RmsState.from_dict(obs_rms_state)
+        policy = FrozenPolicy(self.actor, obs_rms, observation_clip)
+        results = run_episodes(policy, self.episodes, self.seed, deterministic=True, env=self.env)
+        returns = tuple(r.episode_return for r in results)
+        if not all(math.isfinite(value) for value in returns):
+            raise ValueError("evaluation returned a non-finite episode return")
+        return EvaluationResult(env_steps, returns, tuple(r.length for r in results))
+
+    def close(self) -> None:
+        self.env.close()

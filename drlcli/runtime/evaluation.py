@@ -1,0 +1,91 @@
+"""The evaluator's Ray actor and its schedule during training.
+
+Periodic evaluations run while the next round trains: ``submit`` sends the weights of a round
+(with its checkpoint kept here until the result is back) and ``collect`` picks a finished result
+up without waiting. One evaluation at a time: a due evaluation waits for the one in flight to
+finish. The final evaluation at the end of a run waits.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drlcli.actors.spec import ActorSpec
+from drlcli.checkpoint import Checkpoint
+from drlcli.config import Config
+from drlcli.evaluation import EvaluationResult
+from drlcli.runtime.ray_session import get_or_raise as _get
+
+
+class EvaluationRunner:
+    """One ``PolicyEvaluator`` in its own Ray actor.
+
+    Args:
+        config: the run (its ``evaluation`` section and its environment).
+        spec: the run's policy actor.
+        resources: Ray resource requests of the evaluator (a rollout actor's).
+    """
+
+    def __init__(self, config: Config, spec: ActorSpec, resources: dict[str, float]) -> None:
+        import ray
+
+        from drlcli.evaluation import PolicyEvaluator
+
+        self.interval = config.evaluation.interval_env_steps
+        self.worker = (
+            ray.remote(PolicyEvaluator)
+            .options(**resources)
+            .remote(config.env, spec, config.evaluation.episodes)
+        )
+        self.pending: tuple[Any, Checkpoint] | None = None
+        self.next_due: int | None = None
+
+    @property
+    def periodic(self) -> bool:
+        return self.interval is not None
+
+    def due(self, env_steps: int) -> bool:
+        """Whether a periodic evaluation is due after a round that ended at ``env_steps``."""
+        if self.interval is None:
+            return False
+        if self.next_due is None:  # the first one after the first interval (also on resume)
+            self.next_due = (env_steps // self.interval + 1) * self.interval
+            return False
+        return env_steps >= self.next_due and self.pending is None
+
+    def submit(self, checkpoint: Checkpoint) -> None:
+        """Evaluate a round's weights while training goes on."""
+        ref = self._evaluate(checkpoint)
+        self.pending = (ref, checkpoint)
+        if self.interval is not None and self.next_due is not None:
+            steps = checkpoint.progress.env_steps
+            self.next_due = (steps // self.interval + 1) * self.interval
+
+    def collect(self, wait: bool = False) -> tuple[EvaluationResult, Checkpoint] | None:
+        """The result of the evaluation in flight, if it has finished (or ``wait``)."""
+        import ray
+
+        if self.pending is None:
+            return None
+        ref, checkpoint = self.pending
+        if not wait and not ray.wait([ref], timeout=0)[0]:
+            return None
+        self.pending = None
+        return _get(ref), checkpoint
+
+    def evaluate_now(self, checkpoint: Checkpoint) -> EvaluationResult:
+        """Evaluate and wait (the final policy)."""
+        return _get(self._evaluate(checkpoint))
+
+    def _evaluate(self, checkpoint: Checkpoint) -> Any:
+        return self.worker.evaluate.remote(
+            checkpoint.actor,
+            checkpoint.obs_rms_state,
+            checkpoint.observation_clip,
+            checkpoint.progress.env_steps,
+        )
+
+    def close(self) -> None:
+        import ray
+
+        ray.kill(self.worker)
