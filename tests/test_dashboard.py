@@ -175,6 +175,8 @@ def test_a_file_appended_to_while_it_is_polled_loses_and_repeats_nothing(served)
         ("round,env_steps,sps\n1,256,3\n2,512\n", "a row has 2 cells, the header 3"),
         ("round,env_steps,sps\n1,256,fast\n", "column 'sps' holds 'fast', not a number"),
         ("round,env_steps", "no complete header line yet"),
+        ("", "empty file"),
+        ("a,b\n1,2\n", "header does not start with round,env_steps"),
     ],
 )
 def test_a_malformed_csv_is_an_error_for_its_run_and_the_server_goes_on(served, text, message):

@@ -1,6 +1,7 @@
 """Runs on disk: finding them under folders, and reading their metrics CSVs incrementally.
 
-A run is a metrics CSV written by ``drl train`` (its header starts with ``round,env_steps``),
+A run is a metrics CSV written by ``drl train`` (its header starts with ``round,env_steps``, or
+it is named ``metrics_<name>.csv``),
 with the checkpoints and videos beside it: ``model_<name>.pt``, ``model_<name>_best.pt`` and
 any ``.mp4``/``.webm`` whose name starts with ``<name>`` or ``model_<name>`` (all of a folder's
 videos when it holds one run). Nothing outside the given folders is ever reported: a file whose
@@ -81,6 +82,10 @@ def _inside(path: Path, root: Path) -> bool:
 
 
 def _is_metrics_csv(path: Path) -> bool:
+    """A drl metrics CSV: its header starts with ``round,env_steps``; or, by drl's default
+    name ``metrics_<name>.csv``, any file (an empty or broken one is shown with its error)."""
+    if path.name.startswith("metrics_"):
+        return True
     try:
         with path.open("rb") as handle:
             first = handle.readline(4096)
