@@ -113,10 +113,14 @@ class MetricsWriter:
             with self.path.open(newline="") as existing:
                 header = next(csv.reader(existing), [])
             if header != self.columns:
-                raise TrainingError(
-                    f"{self.path}: existing metrics columns differ from this run's; move the "
-                    "file away or set a new metrics_path to resume"
-                )
+                if not set(header) < set(self.columns):
+                    raise TrainingError(
+                        f"{self.path}: existing metrics columns differ from this run's; move the "
+                        "file away or set a new metrics_path to resume"
+                    )
+                # The resumed run adds columns (evaluation turned on, say): rewrite the earlier
+                # rows under the new header, their new cells empty, atomically.
+                self._add_columns()
             self._file = self.path.open("a", newline="")
             self._writer = csv.writer(self._file)
         else:
@@ -124,6 +128,16 @@ class MetricsWriter:
             self._writer = csv.writer(self._file)
             self._writer.writerow(self.columns)
             self._file.flush()
+
+    def _add_columns(self) -> None:
+        from drlcli.atomic import atomic_output
+
+        rows = read_metrics(self.path)
+        with atomic_output(self.path) as temp, Path(temp).open("w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(self.columns)
+            for row in rows:
+                writer.writerow([row.get(column, "") for column in self.columns])
 
     def write(self, row: Mapping[str, float | int]) -> None:
         """Write one round; a name outside the columns is an error (fail closed)."""

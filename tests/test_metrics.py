@@ -128,7 +128,7 @@ def test_resume_appends_under_the_same_header_and_refuses_another(tmp_path):
     assert [row["round"] for row in read_metrics(path)] == ["1", "2"]
     before = path.read_bytes()
     with pytest.raises(TrainingError, match="existing metrics columns differ"):
-        MetricsWriter(path, ["round", "sps", "episodes"], append=True)
+        MetricsWriter(path, ["round", "episodes"], append=True)  # sps would be lost
     assert path.read_bytes() == before
 
 
@@ -140,4 +140,18 @@ def test_evaluation_columns_follow_the_common_ones_when_evaluation_is_periodic()
         "eval_episode_length_mean",
         "eval_env_steps",
         *PPO_COLUMNS[len(COMMON) :],
+    ]
+
+
+def test_a_resume_that_adds_columns_keeps_every_earlier_row_under_the_new_header(tmp_path):
+    path = tmp_path / "m.csv"
+    first = MetricsWriter(path, ["round", "sps"])
+    first.write({"round": 1, "sps": 1.5})
+    first.close()
+    resumed = MetricsWriter(path, ["round", "eval_return_mean", "sps"], append=True)
+    resumed.write({"round": 2, "eval_return_mean": 9.0, "sps": 2.5})
+    resumed.close()
+    assert read_metrics(path) == [
+        {"round": "1", "eval_return_mean": "", "sps": "1.5"},
+        {"round": "2", "eval_return_mean": "9", "sps": "2.5"},
     ]
