@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+import re
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -316,17 +318,20 @@ def load_payload(path: str | Path) -> dict[str, Any]:
     if path.stat().st_size == 0:
         raise CheckpointError(f"{path}: checkpoint file is empty")
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's notes on pickle protocols: not the user's
+            payload = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
-        if "Unsupported global" not in str(error):  # garbage bytes, not a code-running object
+        unsafe = _unsafe_global(str(error)) or _pickled_callable(path)
+        if unsafe is not None:
             raise CheckpointError(
-                f"{path}: not a readable torch checkpoint (truncated or corrupt?): "
-                f"UnpicklingError: {_unpickler_reason(str(error))}"
+                f"{path}: refused to load: unpickling it would call {unsafe}, which is code, "
+                "not data; drl checkpoints hold only tensors and plain data. Do not load this "
+                "file with torch.load(weights_only=False) unless you made it yourself"
             ) from error
-        raise CheckpointError(
-            f"{path}: refused to load: the file holds objects that would run code when "
-            f"unpickled; drl checkpoints hold only tensors and plain data "
-            f"({_unpickler_reason(str(error))})"
+        raise CheckpointError(  # garbage bytes, not a code-running object
+            f"{path}: not a readable torch checkpoint (truncated or corrupt?): "
+            f"UnpicklingError: {_unpickler_reason(str(error))}"
         ) from error
     except Exception as error:  # torch raises many types for garbage input; all mean the same
         reason = f"{type(error).__name__}: {' '.join(str(error).split())[:160]}"
@@ -344,9 +349,39 @@ def load_payload(path: str | Path) -> dict[str, Any]:
     return payload
 
 
+def _unsafe_global(message: str) -> str | None:
+    """The callable a refused pickle asks for (``posix.system``), from torch's message."""
+    match = re.search(r"GLOBAL ([\w.]+)", message)
+    return match.group(1) if match else None
+
+
+def _pickled_callable(path: Path) -> str | None:
+    """The first module-level callable a plain pickle names (``posix.system``), read with
+    ``pickletools`` (which runs nothing), or None. Torch's own zip files are not scanned."""
+    import pickletools
+    import zipfile
+
+    if zipfile.is_zipfile(path):
+        return None
+    strings: list[str] = []
+    try:
+        for opcode, argument, _ in pickletools.genops(path.read_bytes()):
+            if opcode.name == "GLOBAL":
+                return str(argument).replace(" ", ".")
+            if opcode.name == "STACK_GLOBAL" and len(strings) >= 2:
+                return f"{strings[-2]}.{strings[-1]}"
+            if isinstance(argument, str):
+                strings.append(argument)
+    except Exception:  # not a pickle at all: garbage, not an attack to name
+        return None
+    return None
+
+
 def _unpickler_reason(message: str) -> str:
-    """The one useful sentence of torch's long weights-only refusal."""
-    detail = message.split("WeightsUnpickler error:", 1)[-1]
+    """The one useful sentence of torch's long weights-only refusal, without its advice to
+    load with ``weights_only=False``."""
+    detail = message.split("trusted source.", 1)[-1]
+    detail = detail.split("WeightsUnpickler error:", 1)[-1]
     detail = detail.split("Check the documentation")[0].split(". Please use")[0]
     return " ".join(detail.split())[:160]
 

@@ -200,6 +200,10 @@ def _parity(module: nn.Module, session: Any, observations: np.ndarray, obs_dim: 
         with torch.no_grad():
             expected = module(torch.from_numpy(batch)).numpy()
         (actual,) = session.run(["action"], {"obs": batch})
+        if not (np.isfinite(actual).all() and np.isfinite(expected).all()):
+            raise ExportError(
+                "parity check failed: the policy outputs non-finite actions; no file written"
+            )
         if actual.shape != expected.shape or actual.dtype != np.float32:
             raise ExportError(
                 f"onnxruntime returned {actual.dtype}{list(actual.shape)}, expected "

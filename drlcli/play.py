@@ -116,6 +116,7 @@ def load_play_actor(
     env.close()
     check_fits(checkpoint, facts, source)
 
+    _refuse_non_finite(checkpoint, source)
     actor = build_policy_actor(
         spec, facts.obs_dim, facts.action_dim, "cpu", facts.action_low, facts.action_high
     )
@@ -141,6 +142,25 @@ def load_play_actor(
         checkpoint=checkpoint,
         inference_memory=declared_inference_memory(actor),
     )
+
+
+def _refuse_non_finite(checkpoint: Checkpoint, source: str) -> None:
+    """Nothing non-finite leaves drl: NaN weights would send NaN actions into the simulator."""
+    bad = [
+        f"actor.{name}"
+        for name, tensor in checkpoint.actor.items()
+        if isinstance(tensor, torch.Tensor)
+        and tensor.is_floating_point()
+        and not torch.isfinite(tensor).all()
+    ]
+    for name, value in (checkpoint.obs_rms_state or {}).items():
+        if name in ("mean", "var") and not np.isfinite(np.asarray(value, dtype=np.float64)).all():
+            bad.append(f"obs_rms_state.{name}")
+    if bad:
+        raise CheckpointError(
+            f"{source}: non-finite values in {', '.join(bad[:5])}; drl does not play or export a "
+            "policy with NaN or infinite weights or statistics (resume from an earlier checkpoint)"
+        )
 
 
 @dataclass(frozen=True)

@@ -238,3 +238,46 @@ def test_render_in_a_window_under_xvfb_at_real_time_pace(checkpoint_file):
     # of simulation a step, so the window run takes at least that much longer than a plain run.
     steps = sum(r.length for r in run_episodes(load_play_actor(path), 5, seed=0))
     assert rendered - unpaced >= 0.04 * steps * 0.8
+
+
+@pytest.mark.parametrize("where", ["weights", "statistics"])
+def test_non_finite_weights_or_statistics_are_not_played_or_exported(
+    checkpoint_file, tmp_path, where
+):
+    from drlcli.errors import CheckpointError
+    from drlcli.export import export_onnx
+
+    def poison(payload):
+        if where == "weights":
+            payload["actor"]["log_std"][0] = float("nan")
+        else:
+            payload["obs_rms_state"]["mean"][2] = float("inf")
+
+    path = checkpoint_file(poison)
+    with pytest.raises(CheckpointError, match="non-finite values in"):
+        load_play_actor(path)
+    out = tmp_path / "policy.onnx"
+    with pytest.raises(CheckpointError, match="does not play or export"):
+        export_onnx(path, out)
+    assert not out.exists()
+
+
+def test_a_file_that_would_run_code_is_named_as_such(tmp_path):
+    import os
+    import pickle
+
+    from drlcli.errors import CheckpointError
+
+    class Hostile:
+        def __reduce__(self):
+            return (os.system, ("echo owned",))
+
+    torch_file, plain_file = tmp_path / "torch.pt", tmp_path / "plain.pt"
+    torch.save({"format": "drl-checkpoint", "x": Hostile()}, torch_file)
+    plain_file.write_bytes(pickle.dumps(Hostile(), protocol=4))
+    for path in (torch_file, plain_file):
+        with pytest.raises(CheckpointError) as error:
+            load_play_actor(path)
+        message = str(error.value)
+        assert "would call posix.system" in message or "would call nt.system" in message
+        assert "truncated or corrupt" not in message and "will likely succeed" not in message
