@@ -133,6 +133,7 @@ def train(
         if dry_run:
             render_dry_run(config, stdout)
             return
+        from drlcli.errors import TrainingStopped
         from drlcli.runtime.training import train as run_training
 
         server = None
@@ -153,6 +154,14 @@ def train(
                 quiet=quiet,
                 console=stdout,
             )
+        except TrainingStopped as stopped:
+            how = (
+                f"; continue with: drl train {config_path} --resume {stopped.checkpoint}"
+                if stopped.checkpoint is not None
+                else ""
+            )
+            stderr.print(escape(f"{stopped}{how}"), highlight=False, soft_wrap=True)
+            raise typer.Exit(stopped.exit_code) from None
         finally:
             if server is not None:
                 server.shutdown()

@@ -52,5 +52,21 @@ class TrainingError(DrlError):
     """Training diverged or a worker failed."""
 
 
+class TrainingStopped(DrlError):
+    """Training stopped on a signal (Ctrl-C, or SIGTERM from Slurm or Kubernetes) after the
+    round in progress was written. Exit status 128 + the signal number, as a shell reports it.
+
+    Attributes:
+        signal_name: ``SIGINT`` or ``SIGTERM``.
+        checkpoint: the latest checkpoint, to resume from (None: no round finished).
+    """
+
+    def __init__(self, signal_name: str, signal_number: int, checkpoint: object, rounds: int):
+        self.signal_name, self.checkpoint = signal_name, checkpoint
+        self.exit_code = 128 + signal_number
+        where = f"checkpoint {checkpoint}" if checkpoint is not None else "no checkpoint yet"
+        super().__init__(f"stopped by {signal_name} after round {rounds}; {where}")
+
+
 class ExportError(DrlError):
     """The ONNX graph could not be built or does not reproduce the torch policy."""

@@ -84,9 +84,14 @@ def test_train_command_runs_and_leaves_no_ray_processes(tiny_config):
     assert wait_for_no_new(before, process.pid) == set()
 
 
-def test_ctrl_c_stops_cleanly_and_keeps_the_last_checkpoint(tiny_config):
+@pytest.mark.parametrize(("sent", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_stops_cleanly_keeps_the_last_checkpoint_and_says_how_to_resume(
+    tiny_config, sent, code
+):
+    """Ctrl-C, and SIGTERM as Slurm and Kubernetes send it: the round in progress is written,
+    Ray is shut down, one line says where the checkpoint is and how to go on."""
     before = ray_processes()
-    path = tiny_config("interrupted", total=128 * 400)
+    path = tiny_config(f"stopped_{sent.name}", total=128 * 400)
     config = load_config(path)
     process = subprocess.Popen(
         drl("train", "--quiet", str(path)),
@@ -100,19 +105,22 @@ def test_ctrl_c_stops_cleanly_and_keeps_the_last_checkpoint(tiny_config):
         while not config.checkpoint_path.exists() and time.monotonic() < deadline:
             time.sleep(0.2)
         assert config.checkpoint_path.exists(), "training never wrote a checkpoint"
-        process.send_signal(signal.SIGINT)
+        process.send_signal(sent)
         stdout, stderr = process.communicate(timeout=60)
     finally:
         if process.poll() is None:
             process.kill()
-    assert process.returncode == 130, (stdout, stderr)
-    assert "stopping after this round" in stdout
-    assert "interrupted" in stderr
+    assert process.returncode == code, (stdout, stderr)
+    assert f"{sent.name}: stopping after this round" in stdout
     assert "Traceback" not in stderr
     payload = load_payload(config.checkpoint_path)
-    rows = read_metrics(config.metrics_path)
+    rounds = payload["progress"]["round"]
+    assert (
+        f"stopped by {sent.name} after round {rounds}; checkpoint {config.checkpoint_path}; "
+        f"continue with: drl train {path} --resume {config.checkpoint_path}"
+    ) in " ".join(stderr.split())
     # The round in progress finished: its metrics row and its checkpoint agree.
-    assert payload["progress"]["round"] == len(rows)
+    assert rounds == len(read_metrics(config.metrics_path))
     assert wait_for_no_new(before, process.pid) == set()
 
 

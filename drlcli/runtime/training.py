@@ -41,7 +41,7 @@ from drlcli.checkpoint import (
 )
 from drlcli.config import Config
 from drlcli.envs import EnvFacts, env_facts, make_env
-from drlcli.errors import CheckpointError, UsageError
+from drlcli.errors import CheckpointError, TrainingStopped, UsageError
 from drlcli.evaluation import EvaluationResult
 from drlcli.metrics import MetricsWriter, metric_columns
 from drlcli.normalization import DEFAULT_OBSERVATION_CLIP
@@ -253,29 +253,45 @@ def _load_for_resume(
 
 
 class StopRequest:
-    """Ctrl-C during training: the first finishes the round in progress (its metrics row and
-    checkpoint are written), the second aborts at once. Outside the main thread it does nothing.
+    """Ctrl-C or SIGTERM (what Slurm and Kubernetes send before killing) during training: the
+    first finishes the round in progress (its metrics row and checkpoint are written), then
+    training stops with ``TrainingStopped``; a second signal aborts at once. Outside the main
+    thread it does nothing.
     """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self, console: Console) -> None:
         self.console = console
-        self.requested = False
-        self._previous: Any = None
+        self.signal: signal.Signals | None = None
+        self._previous: dict[int, Any] = {}
+
+    @property
+    def requested(self) -> bool:
+        return self.signal is not None
+
+    def stopped(self, checkpoint: Path | None, rounds: int) -> TrainingStopped:
+        assert self.signal is not None
+        return TrainingStopped(self.signal.name, int(self.signal), checkpoint, rounds)
 
     def _handle(self, signum: int, frame: Any) -> None:
-        if self.requested:
+        if self.signal is not None:
             raise KeyboardInterrupt
-        self.requested = True
-        self.console.print("stopping after this round (Ctrl-C again to abort now)", style="yellow")
+        self.signal = signal.Signals(signum)
+        self.console.print(
+            f"{self.signal.name}: stopping after this round (send it again to abort now)",
+            style="yellow",
+        )
 
     def __enter__(self) -> StopRequest:
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
+            for number in self.SIGNALS:
+                self._previous[number] = signal.signal(number, self._handle)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        for number, previous in self._previous.items():
+            signal.signal(number, previous)
 
 
 def _run(
@@ -317,7 +333,7 @@ def _run(
         with display, StopRequest(console) as stop:
             for round_index in range(progress.round, total_rounds):
                 if stop.requested:
-                    raise KeyboardInterrupt
+                    raise stop.stopped(_written(config.checkpoint_path), progress.round)
                 round_started = time.perf_counter()
                 fraction_done = progress.env_steps / planned_env_steps
                 stats, learner_metrics = loop.run_round(round_index, fraction_done)
@@ -349,6 +365,8 @@ def _run(
                 else:
                     best.offer_training_return(row["episode_return_mean"], checkpoint)
                 display.update(row, total_rounds)
+            if stop.requested:  # the last round finished; skip the final evaluation
+                raise stop.stopped(_written(config.checkpoint_path), progress.round)
     finally:
         loop.close()
     final_evaluation = None
@@ -382,6 +400,10 @@ def _run(
     )
     display.summary(summary)
     return summary
+
+
+def _written(path: Path) -> Path | None:
+    return path if path.exists() else None
 
 
 class BestCheckpoint:
