@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from drlcli.config import EnvConfig
-from drlcli.errors import EnvironmentSpecError
+from drlcli.errors import EnvironmentSpecError, TrainingError
 
 
 @dataclass(frozen=True)
@@ -191,6 +191,10 @@ class EnvBatch:
                 self._episode_lengths[index] = 0
                 obs, _ = env.reset()
             next_obs[index] = obs
+        if not (np.isfinite(next_obs).all() and np.isfinite(final_obs).all()):
+            raise TrainingError(f"{self.facts.env_id} returned a non-finite observation")
+        if not np.isfinite(rewards).all():
+            raise TrainingError(f"{self.facts.env_id} returned a non-finite reward")
         self.obs = next_obs
         return StepBatch(
             next_obs, final_obs, rewards, terminated, truncated, finished_returns, finished_lengths

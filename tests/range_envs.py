@@ -17,9 +17,7 @@ ENV_ID = "drltest/Ranged-v0"
 class RangedEnv(gymnasium.Env):
     metadata = {"render_modes": []}
 
-    def __init__(
-        self, low: list[float], high: list[float], render_mode: str | None = None
-    ) -> None:
+    def __init__(self, low: list[float], high: list[float], render_mode: str | None = None) -> None:
         self.action_space = spaces.Box(np.float32(low), np.float32(high), dtype=np.float32)
         self.observation_space = spaces.Box(-np.inf, np.inf, shape=(3,), dtype=np.float64)
         self.centre = (np.float64(low) + np.float64(high)) / 2
@@ -38,3 +36,35 @@ class RangedEnv(gymnasium.Env):
 
 if ENV_ID not in gymnasium.registry:
     gymnasium.register(ENV_ID, entry_point=RangedEnv, max_episode_steps=50)
+
+
+NAN_ENV_ID = "drltest/NaNAfter-v0"
+
+
+class NaNAfterEnv(gymnasium.Env):
+    """Emits a NaN observation or reward from its ``after``-th step on (a broken simulator)."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, after: int, what: str, render_mode: str | None = None) -> None:
+        self.action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+        self.observation_space = spaces.Box(-np.inf, np.inf, shape=(3,), dtype=np.float64)
+        self.after, self.what, self.steps = after, what, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.np_random.normal(size=3), {}
+
+    def step(self, action):
+        self.steps += 1
+        obs, reward = self.np_random.normal(size=3), 1.0
+        if self.steps >= self.after:
+            if self.what == "obs":
+                obs[1] = np.nan
+            else:
+                reward = float("nan")
+        return obs, reward, False, self.steps % 25 == 0, {}
+
+
+if NAN_ENV_ID not in gymnasium.registry:
+    gymnasium.register(NAN_ENV_ID, entry_point=NaNAfterEnv)

@@ -175,3 +175,39 @@ def test_train_with_dashboard_serves_the_run_while_it_trains(tiny_config):
     )
     assert result.exit_code == 0, result.output
     assert "drl dashboard: http://127.0.0.1:" in result.output
+
+
+@pytest.mark.parametrize(
+    ("algo", "what"), [("ppo", "reward"), ("ppo", "obs"), ("flash_sac", "obs")]
+)
+def test_a_non_finite_environment_stops_training_naming_the_round_and_keeps_the_checkpoint(
+    tmp_path, algo, what
+):
+    from drlcli.checkpoint import read_checkpoint
+    from drlcli.errors import TrainingError
+
+    params = (
+        "{num_epochs: 1, num_minibatches: 2, hidden_sizes: [8, 8]}"
+        if algo == "ppo"
+        else "{batch_size: 16, warmup_steps: 32, actor_hidden_dim: 8, actor_num_blocks: 1, "
+        "critic_hidden_dim: 8, critic_num_blocks: 1, num_bins: 11}"
+    )
+    path = tmp_path / "broken.yaml"
+    path.write_text(
+        f"algo: {algo}\n"
+        "env: {id: 'tests.range_envs:drltest/NaNAfter-v0', num_envs: 2,"
+        f" kwargs: {{after: 90, what: {what}}}}}\n"
+        f"total_env_steps: 1000\nrollout_length: 40\noutput_dir: {tmp_path / 'out'}\n"
+        f"algo_params: {params}\n"
+    )
+    config = load_config(path)
+    with pytest.raises(TrainingError) as error:
+        run(path)
+    message = str(error.value)
+    # Each env steps 40 per round: the 90th step falls in round 3.
+    assert message.startswith(f"round 3: drltest/NaNAfter-v0 returned a non-finite {what}")
+    assert f"the last good checkpoint is {config.checkpoint_path}" in message
+    kept = read_checkpoint(config.checkpoint_path)
+    assert kept.progress.round == 2
+    assert all(torch.isfinite(t).all() for t in kept.actor.values() if t.is_floating_point())
+    assert len(read_metrics(config.metrics_path)) == 2

@@ -41,7 +41,7 @@ from drlcli.checkpoint import (
 )
 from drlcli.config import Config
 from drlcli.envs import EnvFacts, env_facts, make_env
-from drlcli.errors import CheckpointError, TrainingStopped, UsageError
+from drlcli.errors import CheckpointError, TrainingError, TrainingStopped, UsageError
 from drlcli.evaluation import EvaluationResult
 from drlcli.metrics import MetricsWriter, metric_columns
 from drlcli.normalization import DEFAULT_OBSERVATION_CLIP
@@ -336,7 +336,10 @@ def _run(
                     raise stop.stopped(_written(config.checkpoint_path), progress.round)
                 round_started = time.perf_counter()
                 fraction_done = progress.env_steps / planned_env_steps
-                stats, learner_metrics = loop.run_round(round_index, fraction_done)
+                try:
+                    stats, learner_metrics = loop.run_round(round_index, fraction_done)
+                except TrainingError as error:
+                    raise _failed_round(error, round_index + 1, config) from None
                 progress.round = round_index + 1
                 progress.env_steps += steps_per_round
                 now = time.perf_counter()
@@ -351,6 +354,12 @@ def _run(
                 if row["episode_return_mean"] is not None:
                     last_return = row["episode_return_mean"]
                 obs_rms_state, learner_states = loop.checkpoint_parts()
+                if not _finite(learner_states[0]["actor"]):
+                    raise _failed_round(
+                        TrainingError("the actor's weights became non-finite"),
+                        progress.round,
+                        config,
+                    )
                 checkpoint = build_checkpoint(
                     algorithm, config, actor, facts, progress, obs_rms_state, learner_states
                 )
@@ -400,6 +409,21 @@ def _run(
     )
     display.summary(summary)
     return summary
+
+
+def _finite(tensors: dict[str, Any]) -> bool:
+    return all(
+        torch.isfinite(tensor).all()
+        for tensor in tensors.values()
+        if isinstance(tensor, torch.Tensor) and tensor.is_floating_point()
+    )
+
+
+def _failed_round(error: TrainingError, round_number: int, config: Config) -> TrainingError:
+    """The error of a round, with its number and the checkpoint left intact to resume from."""
+    last = _written(config.checkpoint_path)
+    where = f"; the last good checkpoint is {last}" if last is not None else ""
+    return TrainingError(f"round {round_number}: {error}{where}")
 
 
 def _written(path: Path) -> Path | None:
