@@ -21,6 +21,7 @@ from drlcli.actors.memory import describe_memory, format_bytes, tensor_bytes
 from drlcli.actors.spec import BUILDER_PATTERN, ActorSpec, resolve_builder
 from drlcli.checkpoint import (
     Checkpoint,
+    check_content_hash,
     check_fits,
     load_payload,
     validate_actor_semantics,
@@ -277,6 +278,18 @@ def _check_evaluation(payload: dict) -> str:
     )
 
 
+def _check_content_hash(payload: dict) -> str:
+    matches = check_content_hash(payload)
+    if matches is None:
+        raise _Warned("no content hash (written by a drl before checkpoints carried one)")
+    if not matches:
+        raise _Failed(
+            "contents do not match the content hash written with them: the file was corrupted "
+            "after it was written"
+        )
+    return "contents match the hash written with them"
+
+
 def _check_versions(payload: dict) -> str:
     versions = payload["versions"]
     written = versions.get("drl")
@@ -287,6 +300,7 @@ def _check_versions(payload: dict) -> str:
 
 _CHECKS: list[tuple[str, Callable[[dict], str]]] = [
     ("format and fields", _check_format),
+    ("content hash", _check_content_hash),
     ("actor_semantics schema", _check_semantics),
     ("builder", _check_builder),
     ("kwargs", _check_kwargs),

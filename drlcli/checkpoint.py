@@ -11,6 +11,7 @@ back with ``weights_only=True`` only. The fields are documented in Method.md ("C
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import pickle
 import re
 import warnings
@@ -286,20 +287,64 @@ def write_checkpoint(path: str | Path, checkpoint: Checkpoint) -> Path:
 
 
 def save_payload(path: str | Path, payload: Mapping[str, Any]) -> Path:
-    """``torch.save`` a payload atomically (``write_checkpoint``'s lower half)."""
+    """``torch.save`` a payload atomically (``write_checkpoint``'s lower half), with the
+    ``content_hash`` of everything in it."""
     path = Path(path)
+    contents = {key: value for key, value in payload.items() if key != CONTENT_HASH}
     with atomic_output(path) as temp:
-        torch.save(dict(payload), temp)
+        torch.save({**contents, CONTENT_HASH: content_hash(contents)}, temp)
     return path
 
 
+CONTENT_HASH = "content_hash"
+
+
+def content_hash(payload: Mapping[str, Any]) -> str:
+    """BLAKE2b of a payload's structure and values (tensor bytes, dtypes, shapes, plain
+    values), independent of how torch lays the file out: a flipped byte changes it."""
+    digest = hashlib.blake2b(digest_size=16)
+
+    def feed(value: Any, where: str) -> None:
+        if isinstance(value, torch.Tensor):
+            tensor = value.detach().cpu().contiguous()
+            digest.update(f"{where}:{tensor.dtype}:{list(tensor.shape)}:".encode())
+            digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+        elif isinstance(value, Mapping):
+            for key in sorted(value, key=str):
+                feed(value[key], f"{where}.{key}")
+        elif isinstance(value, (list, tuple)):
+            for index, item in enumerate(value):
+                feed(item, f"{where}[{index}]")
+        else:
+            digest.update(f"{where}={value!r};".encode())
+
+    feed(payload, "")
+    return digest.hexdigest()
+
+
+def check_content_hash(payload: Mapping[str, Any]) -> bool | None:
+    """Whether the payload matches its stored hash; None when it has none (older files)."""
+    stored = payload.get(CONTENT_HASH)
+    if stored is None:
+        return None
+    contents = {key: value for key, value in payload.items() if key != CONTENT_HASH}
+    return stored == content_hash(contents)
+
+
 def read_checkpoint(path: str | Path) -> Checkpoint:
-    """Read a checkpoint without running any code from it.
+    """Read a checkpoint without running any code from it, after checking its content hash.
 
     Raises:
-        CheckpointError: see ``load_payload``; or a field missing or of the wrong type.
+        CheckpointError: see ``load_payload``; contents that do not match the stored hash
+            (corrupted after writing); a field missing or of the wrong type.
     """
-    return Checkpoint.from_payload(load_payload(path), source=str(path))
+    payload = load_payload(path)
+    if check_content_hash(payload) is False:
+        raise CheckpointError(
+            f"{path}: corrupted: its contents do not match the content hash written with it (a "
+            "changed byte, a damaged copy); use another checkpoint"
+        )
+    return Checkpoint.from_payload(payload, source=str(path))
 
 
 def load_payload(path: str | Path) -> dict[str, Any]:
