@@ -308,7 +308,7 @@ def content_hash(payload: Mapping[str, Any]) -> str:
         if isinstance(value, torch.Tensor):
             tensor = value.detach().cpu().contiguous()
             digest.update(f"{where}:{tensor.dtype}:{list(tensor.shape)}:".encode())
-            digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+            digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
         elif isinstance(value, Mapping):
             for key in sorted(value, key=str):
                 feed(value[key], f"{where}.{key}")

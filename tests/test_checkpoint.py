@@ -320,3 +320,20 @@ def test_changed_bytes_are_reported_as_corruption_never_read_silently(checkpoint
     assert caught_by_hash > 0, "no flip reached the contents: the test would not see a miss"
     path.write_bytes(original)
     read_checkpoint(path)
+
+
+def test_the_content_hash_covers_scalars_empty_tensors_and_every_dtype():
+    from drlcli.checkpoint import content_hash
+
+    payload = {
+        "step": torch.tensor(3.0),  # 0-dim, as Adam's step counters are
+        "empty": torch.zeros(0),
+        "mask": torch.tensor([True, False]),
+        "half": torch.ones(2, dtype=torch.bfloat16),
+        "plain": {"round": 3, "name": "x"},
+    }
+    reference = content_hash(payload)
+    assert content_hash(dict(reversed(list(payload.items())))) == reference  # order-free
+    changed = {**payload, "step": torch.tensor(4.0)}
+    assert content_hash(changed) != reference
+    assert content_hash({**payload, "plain": {"round": 4, "name": "x"}}) != reference
