@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -24,6 +23,8 @@ from drlcli.checkpoint import (
     check_content_hash,
     check_fits,
     load_payload,
+    non_finite_tensors,
+    tensors_in,
     validate_actor_semantics,
     validate_learner_states,
 )
@@ -77,9 +78,11 @@ class _Warned(Exception):
     """A check's warning."""
 
 
-def audit_checkpoint(path: str | Path) -> AuditReport:
-    """Audit ``path``. Raises CheckpointError when the file cannot be read at all."""
-    payload = load_payload(path)
+def audit_checkpoint(path: str | Path, payload: dict | None = None) -> AuditReport:
+    """Audit ``path`` (its ``payload`` when the caller has already loaded it). Raises
+    CheckpointError when the file cannot be read at all."""
+    if payload is None:
+        payload = load_payload(path)
     checks = [_run(name, check, payload) for name, check in _CHECKS]
     return AuditReport(str(path), checks)
 
@@ -210,23 +213,9 @@ def _check_obs_rms(payload: dict) -> str:
     return f"shape [{obs_dim}], count {count:.0f}"
 
 
-def _tensors(value: Any, prefix: str) -> Iterator[tuple[str, torch.Tensor]]:
-    if isinstance(value, torch.Tensor):
-        yield prefix, value
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from _tensors(item, f"{prefix}.{key}")
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield from _tensors(item, f"{prefix}[{index}]")
-
-
 def _check_finite(payload: dict) -> str:
-    count, bad = 0, []
-    for name, tensor in _tensors(payload, "checkpoint"):
-        count += 1
-        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
-            bad.append(name.removeprefix("checkpoint."))
+    count = sum(1 for _ in tensors_in(payload))
+    bad = non_finite_tensors(payload)
     if bad:
         shown = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
         raise _Failed(f"non-finite values in {shown}")

@@ -15,7 +15,7 @@ import hashlib
 import pickle
 import re
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -254,6 +254,27 @@ def _inference_memory(value: Any, source: str) -> dict[str, int] | None:
             f"{source}: checkpoint 'inference_memory' must map categories to byte counts"
         )
     return dict(value)
+
+
+def tensors_in(value: Any, prefix: str = "") -> Iterator[tuple[str, torch.Tensor]]:
+    """Every tensor in nested dicts and lists, with its dotted path (``actor.log_std``)."""
+    if isinstance(value, torch.Tensor):
+        yield prefix, value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from tensors_in(item, f"{prefix}.{key}" if prefix else str(key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from tensors_in(item, f"{prefix}[{index}]")
+
+
+def non_finite_tensors(value: Any) -> list[str]:
+    """The paths of the floating tensors in ``value`` that hold a NaN or an infinity."""
+    return [
+        name
+        for name, tensor in tensors_in(value)
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all()
+    ]
 
 
 def _field(payload: Mapping[str, Any], key: str, kind: type, source: str) -> Any:

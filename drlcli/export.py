@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from drlcli import __version__
-from drlcli.actors.memory import format_bytes, module_bytes
+from drlcli.actors.memory import format_bytes, module_memory_bytes
 from drlcli.atomic import atomic_output
 from drlcli.errors import ExportError, UsageError
 from drlcli.normalization import VARIANCE_EPSILON, RmsState
@@ -86,7 +86,7 @@ def export_onnx(
         raise UsageError(f"--opset {opset}: supported opsets are 17 to 23")
     policy = load_play_actor(checkpoint, allow_builders=allow_builders)
     export_module = policy.actor.as_export_module()
-    export_bytes = module_bytes(export_module)
+    export_bytes = sum(module_memory_bytes(export_module).values())
     declared = sum(policy.inference_memory.values())
     if export_bytes > declared:
         raise ExportError(

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from drlcli.algos.algorithm import Algorithm
+from drlcli.atomic import atomic_output
 from drlcli.errors import TrainingError
 
 # name -> meaning of the columns every run writes, in CSV order; each algorithm's registry
@@ -130,8 +131,6 @@ class MetricsWriter:
             self._file.flush()
 
     def _add_columns(self) -> None:
-        from drlcli.atomic import atomic_output
-
         rows = read_metrics(self.path)
         with atomic_output(self.path) as temp, Path(temp).open("w", newline="") as handle:
             writer = csv.writer(handle)

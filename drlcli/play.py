@@ -16,7 +16,13 @@ import torch
 
 from drlcli.actors.contract import declared_inference_memory
 from drlcli.actors.spec import ActorSpec, actor_semantics, build_policy_actor
-from drlcli.checkpoint import Checkpoint, check_fits, read_checkpoint, validate_actor_semantics
+from drlcli.checkpoint import (
+    Checkpoint,
+    check_fits,
+    non_finite_tensors,
+    read_checkpoint,
+    validate_actor_semantics,
+)
 from drlcli.envs import EnvFacts, env_facts, make_env
 from drlcli.errors import CheckpointError, SemanticsError, UsageError
 from drlcli.normalization import RmsState, normalize_observation
@@ -146,16 +152,9 @@ def load_play_actor(
 
 def _refuse_non_finite(checkpoint: Checkpoint, source: str) -> None:
     """Nothing non-finite leaves drl: NaN weights would send NaN actions into the simulator."""
-    bad = [
-        f"actor.{name}"
-        for name, tensor in checkpoint.actor.items()
-        if isinstance(tensor, torch.Tensor)
-        and tensor.is_floating_point()
-        and not torch.isfinite(tensor).all()
-    ]
-    for name, value in (checkpoint.obs_rms_state or {}).items():
-        if name in ("mean", "var") and not np.isfinite(np.asarray(value, dtype=np.float64)).all():
-            bad.append(f"obs_rms_state.{name}")
+    bad = non_finite_tensors(
+        {"actor": checkpoint.actor, "obs_rms_state": checkpoint.obs_rms_state or {}}
+    )
     if bad:
         raise CheckpointError(
             f"{source}: non-finite values in {', '.join(bad[:5])}; drl does not play or export a "

@@ -74,15 +74,6 @@ class OnPolicyActor(Protocol):
         ...
 
 
-def module_memory_bytes(module: nn.Module) -> dict[str, int]:
-    """Bytes of a module's parameters and buffers: the usual answer of
-    ``inference_startup_memory_categories()`` for an actor that needs nothing else."""
-    return {
-        "parameters": sum(p.numel() * p.element_size() for p in module.parameters()),
-        "buffers": sum(b.numel() * b.element_size() for b in module.buffers()),
-    }
-
-
 def validate_policy_actor(
     actor: Any,
     obs_dim: int,

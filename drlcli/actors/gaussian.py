@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from drlcli.actors.contract import module_memory_bytes
+from drlcli.actors.memory import module_memory_bytes
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}

@@ -78,9 +78,11 @@ def run_details(run: Run) -> dict[str, Any]:
         details["checkpoint_error"] = "no checkpoint beside the metrics CSV"
         return details
     try:
-        from drlcli.checkpoint import read_checkpoint
+        from drlcli.checkpoint import Checkpoint, load_payload
 
-        checkpoint = read_checkpoint(run.checkpoint)
+        payload = load_payload(run.checkpoint)  # read once: for the audit and the fields
+        details["audit"] = json.loads(audit_checkpoint(run.checkpoint, payload).to_json())
+        checkpoint = Checkpoint.from_payload(payload, source=str(run.checkpoint))
         details["config"] = checkpoint.config
         details["actor_semantics"] = checkpoint.actor_semantics
         details["progress"] = {
@@ -89,7 +91,6 @@ def run_details(run: Run) -> dict[str, Any]:
             "wall_time_s": checkpoint.progress.wall_time_s,
         }
         details["best_return"] = checkpoint.progress.best_return
-        details["audit"] = json.loads(audit_checkpoint(run.checkpoint).to_json())
     except DrlError as error:
         details["checkpoint_error"] = " ".join(str(error).split())
     return details

@@ -24,9 +24,13 @@ class EvaluationRunner:
         config: the run (its ``evaluation`` section and its environment).
         spec: the run's policy actor.
         resources: Ray resource requests of the evaluator (a rollout actor's).
+        env_steps: where the run starts (0, or a resumed checkpoint's count): the first
+            evaluation is due one interval after it.
     """
 
-    def __init__(self, config: Config, spec: ActorSpec, resources: dict[str, float]) -> None:
+    def __init__(
+        self, config: Config, spec: ActorSpec, resources: dict[str, float], env_steps: int
+    ) -> None:
         import ray
 
         from drlcli.evaluation import PolicyEvaluator
@@ -38,28 +42,24 @@ class EvaluationRunner:
             .remote(config.env, spec, config.evaluation.episodes)
         )
         self.pending: tuple[Any, Checkpoint] | None = None
-        self.next_due: int | None = None
+        self.next_due = self._after(env_steps)
 
     @property
     def periodic(self) -> bool:
         return self.interval is not None
 
+    def _after(self, env_steps: int) -> int | None:
+        """The first multiple of the interval after ``env_steps`` (None: not periodic)."""
+        return None if self.interval is None else (env_steps // self.interval + 1) * self.interval
+
     def due(self, env_steps: int) -> bool:
         """Whether a periodic evaluation is due after a round that ended at ``env_steps``."""
-        if self.interval is None:
-            return False
-        if self.next_due is None:  # the first one after the first interval (also on resume)
-            self.next_due = (env_steps // self.interval + 1) * self.interval
-            return False
-        return env_steps >= self.next_due and self.pending is None
+        return self.next_due is not None and env_steps >= self.next_due and self.pending is None
 
     def submit(self, checkpoint: Checkpoint) -> None:
         """Evaluate a round's weights while training goes on."""
-        ref = self._evaluate(checkpoint)
-        self.pending = (ref, checkpoint)
-        if self.interval is not None and self.next_due is not None:
-            steps = checkpoint.progress.env_steps
-            self.next_due = (steps // self.interval + 1) * self.interval
+        self.pending = (self._evaluate(checkpoint), checkpoint)
+        self.next_due = self._after(checkpoint.progress.env_steps)
 
     def collect(self, wait: bool = False) -> tuple[EvaluationResult, Checkpoint] | None:
         """The result of the evaluation in flight, if it has finished (or ``wait``)."""

@@ -34,6 +34,7 @@ from drlcli.checkpoint import (
     EnvRecord,
     RunProgress,
     check_fits,
+    non_finite_tensors,
     read_checkpoint,
     validate_actor_semantics,
     validate_learner_states,
@@ -110,7 +111,6 @@ def train(
         if address and devices is None:
             topology = resolve_for(config, _cluster_devices())
         resources = process_resources(topology)
-        evaluator = EvaluationRunner(config, actor.spec, resources.rollout_actor)
         if resources.cpu_share < 1.0:
             console.print(
                 f"note: {resources.cluster_cpus:g} CPUs in the Ray cluster for "
@@ -143,7 +143,11 @@ def train(
             evaluation=config.evaluation.interval_env_steps is not None,
         )
         writer = MetricsWriter(config.metrics_path, columns, append=stored is not None)
+        evaluator = None
         try:
+            evaluator = EvaluationRunner(
+                config, actor.spec, resources.rollout_actor, progress.env_steps
+            )
             return _run(
                 algorithm,
                 config,
@@ -162,7 +166,8 @@ def train(
             )
         finally:
             writer.close()
-            evaluator.close()
+            if evaluator is not None:
+                evaluator.close()
 
 
 @dataclass(frozen=True)
@@ -354,7 +359,7 @@ def _run(
                 if row["episode_return_mean"] is not None:
                     last_return = row["episode_return_mean"]
                 obs_rms_state, learner_states = loop.checkpoint_parts()
-                if not _finite(learner_states[0]["actor"]):
+                if non_finite_tensors(learner_states[0]["actor"]):
                     raise _failed_round(
                         TrainingError("the actor's weights became non-finite"),
                         progress.round,
@@ -409,14 +414,6 @@ def _run(
     )
     display.summary(summary)
     return summary
-
-
-def _finite(tensors: dict[str, Any]) -> bool:
-    return all(
-        torch.isfinite(tensor).all()
-        for tensor in tensors.values()
-        if isinstance(tensor, torch.Tensor) and tensor.is_floating_point()
-    )
 
 
 def _failed_round(error: TrainingError, round_number: int, config: Config) -> TrainingError:

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from drlcli.actors.contract import module_memory_bytes
+from drlcli.actors.memory import module_memory_bytes
 from drlcli.algos.flash_sac.layers import FlashSACEncoder, UnitLinear, normalize_module_parameters
 
 LOG_STD_MIN, LOG_STD_MAX = -10.0, 2.0

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from drlcli.actors.contract import module_memory_bytes
+from drlcli.actors.memory import module_memory_bytes
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 1.0
