@@ -27,7 +27,7 @@ from drlcli.actors.spec import SEMANTICS_FIELDS, SUPPORTED_SEMANTICS_VERSIONS
 from drlcli.algos.algorithm import Algorithm
 from drlcli.algos.registry import get_algorithm
 from drlcli.atomic import atomic_output
-from drlcli.config import check_env_kwargs
+from drlcli.config import EnvConfig, check_env_kwargs
 from drlcli.envs import EnvFacts
 from drlcli.errors import CheckpointError, ConfigError, SemanticsError
 from drlcli.normalization import DEFAULT_OBSERVATION_CLIP
@@ -67,14 +67,16 @@ class EnvRecord:
     kwargs: dict[str, Any] = field(default_factory=dict)
 
     @staticmethod
-    def of(facts: EnvFacts, max_episode_steps: int | None, kwargs: Mapping[str, Any]) -> EnvRecord:
+    def of(env: EnvConfig, facts: EnvFacts) -> EnvRecord:
+        """The record of a run's task: the id as the config names it (``module:Task-v0``
+        imports the module that registers a task, so play rebuilds it in a fresh process)."""
         return EnvRecord(
-            id=facts.env_id,
+            id=env.id,
             observation_shape=[facts.obs_dim],
             action_low=facts.action_low.tolist(),
             action_high=facts.action_high.tolist(),
-            max_episode_steps=max_episode_steps,
-            kwargs=dict(kwargs),
+            max_episode_steps=env.max_episode_steps,
+            kwargs=dict(env.kwargs),
         )
 
     def facts(self) -> EnvFacts:
@@ -521,9 +523,7 @@ def validate_actor_semantics(
     return semantics
 
 
-def validate_learner_states(
-    states: Any, algorithm: Algorithm, source: str = "checkpoint"
-) -> str:
+def validate_learner_states(states: Any, algorithm: Algorithm, source: str = "checkpoint") -> str:
     """Check that ``learner_states`` can be resumed by ``algorithm``: a non-empty list of
     mappings with the algorithm's ``learner_state_keys``, each passing its
     ``check_learner_state``.

@@ -87,6 +87,8 @@ class Config:
     """Rounds between averages of all learners' parameters."""
     learners_on_cpu: bool = False
     """Run all num_gpus learners on CPU (the multi-learner topology without GPUs)."""
+    max_rollout_actor_restarts: int = field(default=10, metadata=in_range(0, None))
+    """Times Ray restarts each rollout actor whose process died before the run stops."""
     total_env_steps: int = field(default=100_000, metadata=positive())
     """Training budget in environment steps, all rollout actors together."""
     rollout_length: int = field(default=2048, metadata=positive())

@@ -81,6 +81,7 @@ class PlayPolicy(FrozenPolicy):
             **{**self.env_kwargs, **overrides},
         )
 
+
 def load_play_actor(
     path: str | Path,
     *,

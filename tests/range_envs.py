@@ -68,3 +68,44 @@ class NaNAfterEnv(gymnasium.Env):
 
 if NAN_ENV_ID not in gymnasium.registry:
     gymnasium.register(NAN_ENV_ID, entry_point=NaNAfterEnv)
+
+
+DIE_ENV_ID = "drltest/DieAt-v0"
+
+
+class DieAtEnv(gymnasium.Env):
+    """Kills its own process with SIGKILL at its ``at_step``-th step: a rollout actor that dies
+    in the middle of a round. With ``marker`` (a file path) only the first process to get there
+    dies (it creates the file); without, every process that gets there dies."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, at_step: int, marker: str | None = None, render_mode=None) -> None:
+        self.action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+        self.observation_space = spaces.Box(-np.inf, np.inf, shape=(3,), dtype=np.float64)
+        self.at_step, self.marker, self.steps = at_step, marker, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.np_random.normal(size=3), {}
+
+    def step(self, action):
+        import os
+        import signal
+
+        self.steps += 1
+        if self.steps == self.at_step:
+            first = True
+            if self.marker is not None:
+                try:
+                    os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+                except FileExistsError:
+                    first = False
+            if first:
+                os.kill(os.getpid(), signal.SIGKILL)
+        reward = -float(np.abs(action).sum())
+        return self.np_random.normal(size=3), reward, False, self.steps % 25 == 0, {}
+
+
+if DIE_ENV_ID not in gymnasium.registry:
+    gymnasium.register(DIE_ENV_ID, entry_point=DieAtEnv)

@@ -418,3 +418,37 @@ def test_the_collector_runs_in_process_with_a_local_stepper_pool():
     assert stats["episodes"] == len(stats["episode_returns"])
     state = collector.state_dict()
     assert state["transitions"] == 40 and state["return_scaler"]["count"] == 40.0
+
+
+def test_a_non_finite_reward_stops_the_update_naming_the_quantities():
+    learner = make_learner()
+    batch = random_batch()
+    batch["rew"][3] = float("nan")
+    with pytest.raises(TrainingError, match=r"FlashSAC update 1: .*Loss/critic nan.* not finite"):
+        learner.update(batch)
+
+
+def test_the_collector_drops_the_transitions_of_a_restarted_stepper():
+    """A stepper whose process was restarted reports its envs' step as lost: they are not
+    stored as transitions, and their envs start new episodes (dones)."""
+    from drlcli.algos.flash_sac.collector import EnvStepper, FlashSACCollector, LocalStepperPool
+    from drlcli.config import EnvConfig
+
+    class RestartingPool(LocalStepperPool):
+        calls = 0
+
+        def wait(self):
+            results = super().wait()
+            self.calls += 1
+            if self.calls == 3:  # stepper 1 "restarted" during the third step
+                results[1] = {**results[1], "lost": np.ones(2, dtype=bool)}
+            return results
+
+    env = EnvConfig(id="InvertedPendulum-v5", num_envs=2, seed=3)
+    steppers = RestartingPool([EnvStepper(0, env), EnvStepper(1, env)], num_envs=2)
+    params = dataclasses.replace(SMALL, warmup_steps=100, batch_size=8)
+    spec = flash_sac_actor_spec(params, [-3.0], [3.0])
+    collector = FlashSACCollector(spec, steppers, 4, 1, [-3.0], [3.0], params, 0.99, 100)
+    collector.run(3)
+    assert collector.transitions == 10 and len(collector.replay) == 10  # 12 stepped, 2 lost
+    np.testing.assert_array_equal(collector.dones[2:], [False, False])

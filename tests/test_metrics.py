@@ -27,6 +27,7 @@ COMMON = [
     "episode_return_min",
     "episode_return_max",
     "episode_length_mean",
+    "rollout_actor_restarts",
 ]
 PPO_COLUMNS = [
     *COMMON,
@@ -155,3 +156,29 @@ def test_a_resume_that_adds_columns_keeps_every_earlier_row_under_the_new_header
         {"round": "1", "eval_return_mean": "", "sps": "1.5"},
         {"round": "2", "eval_return_mean": "9", "sps": "2.5"},
     ]
+
+
+def test_a_resumed_writer_drops_a_torn_line_and_the_rounds_after_its_checkpoint(tmp_path):
+    path = tmp_path / "metrics.csv"
+    first = MetricsWriter(path, ["round", "sps"])
+    for round_number in (1, 2, 3):
+        first.write({"round": round_number, "sps": 10.0 * round_number})
+    first.close()
+    with path.open("a") as handle:
+        handle.write("4,4")  # a kill in the middle of writing round 4
+    # The checkpoint holds round 2: round 3's row was written, its checkpoint never was.
+    resumed = MetricsWriter(path, ["round", "sps"], append=True, resume_round=2)
+    assert resumed.dropped_rounds == ["3"]
+    resumed.write({"round": 3, "sps": 31.0})
+    resumed.close()
+    assert path.read_text() == "round,sps\n1,10\n2,20\n3,31\n"
+
+
+def test_a_resumed_writer_keeps_everything_up_to_its_round(tmp_path):
+    path = tmp_path / "metrics.csv"
+    first = MetricsWriter(path, ["round", "sps"])
+    first.write({"round": 1, "sps": 1.5})
+    first.close()
+    before = path.stat().st_mtime_ns, path.read_text()
+    MetricsWriter(path, ["round", "sps"], append=True, resume_round=1).close()
+    assert (path.stat().st_mtime_ns, path.read_text()) == before  # not rewritten

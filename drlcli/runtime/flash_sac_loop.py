@@ -14,8 +14,9 @@ from drlcli.checkpoint import Checkpoint
 from drlcli.config import Config
 from drlcli.errors import CheckpointError
 from drlcli.metrics import average_metrics
+from drlcli.runtime.ray_session import actor_id_of, process_resources
 from drlcli.runtime.ray_session import get_or_raise as _get
-from drlcli.runtime.ray_session import process_resources
+from drlcli.runtime.restarts import RestartCounter, restartable_actor_options
 from drlcli.topology import TrainingTopology
 
 
@@ -42,8 +43,11 @@ class FlashSACRoundLoop:
         params = config.algo_params
         resources = process_resources(topology)
         self.parameter_server = ray.remote(ParameterServer).options(num_cpus=0).remote(None)
+        restartable = restartable_actor_options(config.max_rollout_actor_restarts)
         self.steppers = [
-            ray.remote(EnvStepper).options(**resources.rollout_actor).remote(index, config.env)
+            ray.remote(EnvStepper)
+            .options(**resources.rollout_actor, **restartable)
+            .remote(index, config.env)
             for index in range(topology.num_actors)
         ]
         # Torch threads per learner process: this machine's cores split among the learners.
@@ -52,7 +56,8 @@ class FlashSACRoundLoop:
         total_updates = math.ceil(transitions_per_learner * params.updates_per_env_step)
         self.workers = []
         for learner_index in range(topology.num_learners):
-            own = [self.steppers[index] for index in topology.actors_of_learner(learner_index)]
+            owned = list(topology.actors_of_learner(learner_index))
+            own = [self.steppers[index] for index in owned]
             self.workers.append(
                 ray.remote(FlashSACLearnerWorker)
                 .options(**resources.learner)
@@ -70,15 +75,19 @@ class FlashSACRoundLoop:
                     topology.learner_device,
                     config.env.seed + learner_index,
                     threads_per_learner,
+                    RestartCounter(config.max_rollout_actor_restarts, owned),
                 )
             )
+        self.roles = {actor_id_of(self.parameter_server): "the parameter server"}
+        self.roles |= {actor_id_of(w): f"learner {i}" for i, w in enumerate(self.workers)}
         if stored is not None:
             states = stored.learner_states
             states = [states[i % len(states)] for i in range(len(self.workers))]
-            _get([w.load_state_dict.remote(s) for w, s in zip(self.workers, states, strict=True)])
+            loads = [w.load_state_dict.remote(s) for w, s in zip(self.workers, states, strict=True)]
+            _get(loads, self.roles)
         else:
             initial = self.workers[0].network_state.remote()
-            _get([worker.load_network_state.remote(initial) for worker in self.workers[1:]])
+            _get([w.load_network_state.remote(initial) for w in self.workers[1:]], self.roles)
 
     def run_round(self, round_index: int, fraction_done: float) -> tuple[list[dict], dict]:
         """One round of every worker; ``fraction_done`` is unused (FlashSAC's schedules count
@@ -88,21 +97,21 @@ class FlashSACRoundLoop:
             stats, metrics = worker.run.options(num_returns=2).remote(self.config.rollout_length)
             stats_refs.append(stats)
             metric_refs.append(metrics)
-        stats = _get(stats_refs)
-        learner_metrics = average_metrics(_get(metric_refs))
+        stats = _get(stats_refs, self.roles)
+        learner_metrics = average_metrics(_get(metric_refs, self.roles))
         if len(self.workers) > 1 and (round_index + 1) % self.config.param_sync_interval == 0:
             states = [worker.network_state.remote() for worker in self.workers]
             averaged = self.parameter_server.average_parameters.remote(*states)
-            _get([worker.load_network_state.remote(averaged) for worker in self.workers])
+            _get([w.load_network_state.remote(averaged) for w in self.workers], self.roles)
         return stats, learner_metrics
 
     def checkpoint_parts(self) -> tuple[None, list[dict[str, Any]]]:
         """No observation statistics (the input BatchNorm normalises); every learner's state."""
-        return None, _get([worker.state_dict.remote() for worker in self.workers])
+        return None, _get([worker.state_dict.remote() for worker in self.workers], self.roles)
 
     def save_replay(self, path: Path) -> None:
         """Every learner's replay buffer as one ``.npz`` of plain arrays, written atomically."""
-        buffers = _get([worker.replay_arrays.remote() for worker in self.workers])
+        buffers = _get([worker.replay_arrays.remote() for worker in self.workers], self.roles)
         arrays = {
             f"learner{index}_{name}": array
             for index, buffer in enumerate(buffers)
@@ -132,7 +141,8 @@ class FlashSACRoundLoop:
             [
                 worker.load_replay_arrays.remote(buffers[index % len(buffers)])
                 for index, worker in enumerate(self.workers)
-            ]
+            ],
+            self.roles,
         )
 
     def close(self) -> None:

@@ -3,14 +3,21 @@ train, a sync round averages all learners (Method.md, "Rounds and synchronisatio
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from drlcli.checkpoint import Checkpoint
 from drlcli.config import Config
 from drlcli.metrics import average_metrics
 from drlcli.normalization import RmsState, merge_rms_states
+from drlcli.runtime.ray_session import (
+    WorkerDied,
+    actor_id_of,
+    get_when_restarted,
+    process_resources,
+)
 from drlcli.runtime.ray_session import get_or_raise as _get
-from drlcli.runtime.ray_session import process_resources
+from drlcli.runtime.restarts import RestartCounter, restartable_actor_options
 from drlcli.topology import TrainingTopology
 
 
@@ -19,6 +26,7 @@ class PPORoundLoop:
 
     ``parameter_refs[l]`` are the parameters learner ``l``'s rollout actors sample with next:
     that learner's own after a non-sync round, the average of all learners after a sync round.
+    A rollout actor that dies is restarted by Ray and its sample redone (``restarts``).
     """
 
     def __init__(
@@ -53,13 +61,23 @@ class PPORoundLoop:
             )
             for _ in range(topology.num_learners)
         ]
+        restartable = restartable_actor_options(config.max_rollout_actor_restarts)
         self.rollout_actors = [
             ray.remote(MuJoCoActor)
-            .options(**resources.rollout_actor)
+            .options(**resources.rollout_actor, **restartable)
             .remote(index, config.env, spec, params, config.gamma)
             for index in range(topology.num_actors)
         ]
-        # Each rollout actor's reward-scaler moments as of its last round (for checkpoints).
+        self.restarts = RestartCounter(
+            config.max_rollout_actor_restarts, list(range(topology.num_actors))
+        )
+        self.roles = {actor_id_of(self.parameter_server): "the parameter server"}
+        self.roles |= {actor_id_of(w): f"learner {i}" for i, w in enumerate(self.learners)}
+        self.roles |= {
+            actor_id_of(a): f"rollout actor {i}" for i, a in enumerate(self.rollout_actors)
+        }
+        # Each rollout actor's reward-scaler moments as of its last round (for checkpoints, and
+        # to restore into a restarted process).
         self.reward_moments: list[dict[str, Any] | None] = [None] * topology.num_actors
         if stored is not None:
             states = stored.learner_states
@@ -68,10 +86,11 @@ class PPORoundLoop:
                 networks = [{part: s[part] for part in ("actor", "value")} for s in states]
                 states = [{**average_state_dicts(networks), "optimizer": states[0]["optimizer"]}]
                 states *= len(self.learners)
-            _get([w.load_state_dict.remote(s) for w, s in zip(self.learners, states, strict=True)])
+            pairs = zip(self.learners, states, strict=True)
+            _get([learner.load_state_dict.remote(s) for learner, s in pairs], self.roles)
         else:  # identical seeds already give identical learners; broadcasting makes it explicit
             initial = self.learners[0].network_state.remote()
-            _get([learner.load_network_state.remote(initial) for learner in self.learners[1:]])
+            _get([w.load_network_state.remote(initial) for w in self.learners[1:]], self.roles)
         self.parameter_refs = [learner.network_state.remote() for learner in self.learners]
         self.obs_rms_ref = self.parameter_server.get_obs_rms.remote()
         self.last_trained_refs: list[Any] = []
@@ -84,19 +103,15 @@ class PPORoundLoop:
         """
         config, topology = self.config, self.topology
         obs_rms_ref = self.obs_rms_ref
-        trajectory_refs, stats_refs = [], []
-        for actor_index, actor in enumerate(self.rollout_actors):
-            owner = topology.learner_of_actor(actor_index)
-            trajectory, stats = actor.sample.options(num_returns=2).remote(
-                self.parameter_refs[owner],
-                config.rollout_length,
-                config.gamma,
-                config.gae_lambda,
-                obs_rms_ref,
-            )
-            trajectory_refs.append(trajectory)
-            stats_refs.append(stats)
-        stats = _get(stats_refs)
+        sampling = [self._sample(index, obs_rms_ref) for index in range(topology.num_actors)]
+        stats = [
+            self._sampled_stats(index, sampling, obs_rms_ref)
+            for index in range(topology.num_actors)
+        ]
+        trajectory_refs = [trajectory for trajectory, _ in sampling]
+        for entry in stats:
+            del entry["process_id"]
+        stats[0]["rollout_actor_restarts"] = self.restarts.take_new_restarts()
         self.reward_moments = [s.pop("reward_moments") for s in stats]
         # All rollout actors' increments first, then one merge into the global history.
         increment = merge_rms_states([RmsState.from_dict(s["obs_rms_moments"]) for s in stats])
@@ -111,25 +126,64 @@ class PPORoundLoop:
             )
             state_refs.append(state_ref)
             metric_refs.append(metric_ref)
-        learner_metrics = average_metrics(_get(metric_refs))
+        learner_metrics = average_metrics(_get(metric_refs, self.roles))
         self.last_trained_refs = state_refs
         if len(self.learners) > 1 and (round_index + 1) % config.param_sync_interval == 0:
             averaged = self.parameter_server.average_parameters.remote(*state_refs)
-            _get([learner.load_network_state.remote(averaged) for learner in self.learners])
+            _get([w.load_network_state.remote(averaged) for w in self.learners], self.roles)
             self.parameter_refs = [averaged] * len(self.learners)
         else:
             self.parameter_refs = state_refs
         return stats, learner_metrics
 
+    def _sample(self, actor_index: int, obs_rms_ref: Any) -> tuple[Any, Any]:
+        """Start rollout actor ``actor_index``'s sample: (trajectory ref, stats ref)."""
+        config = self.config
+        owner = self.topology.learner_of_actor(actor_index)
+        return (
+            self.rollout_actors[actor_index]
+            .sample.options(num_returns=2)
+            .remote(
+                self.parameter_refs[owner],
+                config.rollout_length,
+                config.gamma,
+                config.gae_lambda,
+                obs_rms_ref,
+            )
+        )
+
+    def _sampled_stats(
+        self, actor_index: int, sampling: list[tuple[Any, Any]], obs_rms_ref: Any
+    ) -> dict[str, Any]:
+        """The stats of rollout actor ``actor_index``'s sample. Where its process died (during
+        the sample or before it), Ray restarts it; its reward-scaler moments of the previous
+        round are restored and the sample is redone with the same parameters and statistics
+        (``sampling`` then holds the new refs)."""
+        while True:
+            try:
+                stats = _get(sampling[actor_index][1], self.roles)
+            except WorkerDied as death:
+                if death.init_failed or death.actor_id != actor_id_of(
+                    self.rollout_actors[actor_index]
+                ):
+                    raise
+                self.restarts.died(actor_index, death.reason)
+            else:
+                if not self.restarts.restarted_unseen(actor_index, stats["process_id"]):
+                    return stats
+            restore = self.rollout_actors[actor_index].restore_reward_scaler.remote
+            get_when_restarted(partial(restore, self.reward_moments[actor_index]), self.roles)
+            sampling[actor_index] = self._sample(actor_index, obs_rms_ref)
+
     def checkpoint_parts(self) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         """The global observation statistics and every learner's resumable state, which
         includes the reward-scaler moments of its rollout actors (``reward_scalers``)."""
         obs_rms = self.parameter_server.get_obs_rms.remote()
-        states = _get([learner.state_dict.remote() for learner in self.learners])
+        states = _get([learner.state_dict.remote() for learner in self.learners], self.roles)
         for learner_index, state in enumerate(states):
             owned = self.topology.actors_of_learner(learner_index)
             state["reward_scalers"] = [self.reward_moments[a] for a in owned]
-        return _get(obs_rms), states
+        return _get(obs_rms, self.roles), states
 
     def _restore_reward_scalers(self, states: list[dict[str, Any]]) -> None:
         """Each rollout actor continues its reward statistics where the topology is the same;
@@ -158,11 +212,13 @@ class PPORoundLoop:
                 range(self.topology.num_actors),
                 None if merged is None else {**merged.to_dict(), "abs_max": abs_max},
             )
+        self.reward_moments = [assignment[index] for index in range(self.topology.num_actors)]
         _get(
             [
                 actor.restore_reward_scaler.remote(assignment[index])
                 for index, actor in enumerate(self.rollout_actors)
-            ]
+            ],
+            self.roles,
         )
 
     def close(self) -> None:

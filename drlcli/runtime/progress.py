@@ -39,6 +39,7 @@ class TrainingProgress:
         self.quiet = quiet
         self.console = console
         self.total = total_env_steps
+        self.restarts = 0  # rollout-actor restarts shown so far
         self._bar: Progress | None = None
         if not quiet:
             self._bar = Progress(
@@ -74,6 +75,15 @@ class TrainingProgress:
             self._bar.stop()
 
     def update(self, row: dict[str, Any], total_rounds: int) -> None:
+        restarts = row.get("rollout_actor_restarts") or 0
+        if restarts:
+            self.restarts += restarts
+            self.console.print(
+                f"round {row['round']}: {restarts} rollout-actor process(es) died and Ray "
+                f"restarted them ({self.restarts} so far this run); the round went on",
+                style="yellow",
+                highlight=False,
+            )
         if self._bar is not None:
             fields = {}
             if row.get("eval_return_mean") is not None:
@@ -106,6 +116,8 @@ class TrainingProgress:
         table.add_row("env steps", str(summary.env_steps))
         table.add_row("wall time", f"{summary.wall_time_s:.1f} s")
         table.add_row("last mean return", _fmt(summary.last_return))
+        if self.restarts:
+            table.add_row("rollout-actor restarts", str(self.restarts))
         final = summary.final_evaluation
         if final is not None:
             table.add_row(

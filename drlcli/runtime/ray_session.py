@@ -7,11 +7,13 @@ import contextlib
 import logging
 import math
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from drlcli.errors import DrlError, TrainingError
+from drlcli.runtime.restarts import death_reason
 from drlcli.topology import TrainingTopology
 
 
@@ -84,23 +86,85 @@ def process_resources(topology: TrainingTopology) -> ProcessResources:
     )
 
 
-def get_or_raise(refs: Any) -> Any:
-    """``ray.get`` that turns a worker's failure into a one-line DrlError."""
+class WorkerDied(TrainingError):
+    """A Ray actor's process died during a call (or could not start).
+
+    Attributes:
+        actor_id: Ray's hex id of the actor, to tell which process it was.
+        reason: one line from Ray (the process id and what happened).
+        init_failed: its constructor raised: a restart would fail the same way.
+    """
+
+    def __init__(self, message: str, actor_id: str | None, reason: str, init_failed: bool):
+        super().__init__(message)
+        self.actor_id, self.reason, self.init_failed = actor_id, reason, init_failed
+
+
+def actor_id_of(handle: Any) -> str:
+    """Ray's hex id of an actor handle (what ``WorkerDied.actor_id`` names)."""
+    return handle._actor_id.hex()
+
+
+def get_or_raise(refs: Any, roles: Mapping[str, str] | None = None) -> Any:
+    """``ray.get`` that turns a worker's failure into a one-line DrlError.
+
+    Args:
+        roles: actor id (``actor_id_of``) -> what the process is (``"learner 0"``), so that a
+            death names the process.
+
+    Raises:
+        WorkerDied: a Ray actor died (a TrainingError); its message names the process.
+        TrainingError: a worker raised; DrlErrors raised in a worker come through unchanged.
+    """
     import ray
 
     try:
         return ray.get(refs)
-    except ray.exceptions.RayTaskError as error:
+    except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError) as error:
+        raise worker_error(error, roles) from None
+
+
+def worker_error(error: Exception, roles: Mapping[str, str] | None = None) -> DrlError:
+    """The one-line DrlError of a failed Ray call (``get_or_raise``'s)."""
+    import ray
+
+    if isinstance(error, ray.exceptions.RayTaskError):
         cause = error.cause
         if isinstance(cause, DrlError):
-            raise cause from None
+            return cause
         if isinstance(cause, ValueError) and "NaN or infinite" in str(cause):
-            raise TrainingError(
+            return TrainingError(
                 "the environment returned NaN or infinite observations; check the task"
-            ) from None
+            )
         first_line = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
-        raise TrainingError(
-            f"a training worker failed: {type(cause).__name__}: {first_line}"
-        ) from None
-    except ray.exceptions.RayActorError as error:
-        raise TrainingError(f"a training worker died: {error}") from None
+        return TrainingError(f"a training worker failed: {type(cause).__name__}: {first_line}")
+    assert isinstance(error, ray.exceptions.RayActorError)
+    role = (roles or {}).get(error.actor_id or "", "a training process")
+    init_failed = bool(getattr(error, "_actor_init_failed", False))
+    if init_failed:
+        lines = [line.strip() for line in str(error.error_msg).splitlines() if line.strip()]
+        reason = lines[-1] if lines else "its constructor raised"
+        return WorkerDied(f"{role} could not start: {reason}", error.actor_id, reason, True)
+    reason = death_reason(error)
+    return WorkerDied(f"{role} died ({reason})", error.actor_id, reason, False)
+
+
+def get_when_restarted(
+    call: Callable[[], Any], roles: Mapping[str, str] | None = None, timeout_s: float = 300.0
+) -> Any:
+    """``get_or_raise(call())`` once a restarting actor answers: Ray refuses calls while it
+    restarts the process (``ActorUnavailableError``); they are made again until ``timeout_s``."""
+    import ray
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return ray.get(call())
+        except ray.exceptions.ActorUnavailableError:
+            if time.monotonic() > deadline:
+                raise TrainingError(
+                    f"a restarted process did not come back within {timeout_s:g} s"
+                ) from None
+            time.sleep(0.1)
+        except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError) as error:
+            raise worker_error(error, roles) from None

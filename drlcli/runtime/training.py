@@ -142,7 +142,20 @@ def train(
             actor.aux_loss_names,
             evaluation=config.evaluation.interval_env_steps is not None,
         )
-        writer = MetricsWriter(config.metrics_path, columns, append=stored is not None)
+        writer = MetricsWriter(
+            config.metrics_path,
+            columns,
+            append=stored is not None,
+            resume_round=progress.round if stored is not None else None,
+        )
+        if writer.dropped_rounds:
+            console.print(
+                f"note: {writer.path}: dropped the rows of rounds "
+                f"{', '.join(writer.dropped_rounds)}, after the resumed checkpoint's round "
+                f"{progress.round}; they are trained again",
+                style="yellow",
+                highlight=False,
+            )
         evaluator = None
         try:
             evaluator = EvaluationRunner(
@@ -343,8 +356,10 @@ def _run(
                 fraction_done = progress.env_steps / planned_env_steps
                 try:
                     stats, learner_metrics = loop.run_round(round_index, fraction_done)
+                    obs_rms_state, learner_states = loop.checkpoint_parts()
                 except TrainingError as error:
                     raise _failed_round(error, round_index + 1, config) from None
+                _check_finite(learner_states, round_index + 1, config)
                 progress.round = round_index + 1
                 progress.env_steps += steps_per_round
                 now = time.perf_counter()
@@ -358,13 +373,6 @@ def _run(
                 writer.write(row)
                 if row["episode_return_mean"] is not None:
                     last_return = row["episode_return_mean"]
-                obs_rms_state, learner_states = loop.checkpoint_parts()
-                if non_finite_tensors(learner_states[0]["actor"]):
-                    raise _failed_round(
-                        TrainingError("the actor's weights became non-finite"),
-                        progress.round,
-                        config,
-                    )
                 checkpoint = build_checkpoint(
                     algorithm, config, actor, facts, progress, obs_rms_state, learner_states
                 )
@@ -414,6 +422,16 @@ def _run(
     )
     display.summary(summary)
     return summary
+
+
+def _check_finite(learner_states: list[dict[str, Any]], round_number: int, config: Config) -> None:
+    """Refuse a round whose learner states (networks, optimiser moments) hold a NaN or an
+    infinity, before it is written."""
+    for index, state in enumerate(learner_states):
+        if names := non_finite_tensors(state):
+            more = f" (and {len(names) - 1} more)" if len(names) > 1 else ""
+            error = TrainingError(f"learner {index}'s {names[0]}{more} became non-finite")
+            raise _failed_round(error, round_number, config)
 
 
 def _failed_round(error: TrainingError, round_number: int, config: Config) -> TrainingError:
@@ -478,6 +496,7 @@ def _metrics_row(
         "episode_length_mean": (
             sum(s["episode_len_sum"] for s in stats) / episodes if episodes else None
         ),
+        "rollout_actor_restarts": sum(s.get("rollout_actor_restarts", 0) for s in stats),
         **learner_metrics,
     }
 
@@ -497,7 +516,7 @@ def build_checkpoint(
         algo=algorithm.name,
         actor=learner_states[0]["actor"],
         actor_semantics=actor.semantics,
-        env=EnvRecord.of(facts, config.env.max_episode_steps, config.env.kwargs),
+        env=EnvRecord.of(config.env, facts),
         progress=dataclasses.replace(progress),
         config=config.to_dict(),
         learner_states=learner_states,

@@ -17,6 +17,8 @@ from drlcli.algos.flash_sac.collector import FlashSACCollector
 from drlcli.algos.flash_sac.params import FlashSACParams
 from drlcli.algos.ppo.learner import Learner
 from drlcli.algos.ppo.params import PPOParams
+from drlcli.runtime.ray_session import get_when_restarted
+from drlcli.runtime.restarts import RestartCounter, death_reason
 
 
 class PPOLearnerWorker:
@@ -56,10 +58,18 @@ class PPOLearnerWorker:
 
 class RayStepperPool:
     """``EnvStepperPool`` over Ray handles of ``EnvStepper``: each steps its slice in its own
-    process while the learner updates."""
+    process while the learner updates.
 
-    def __init__(self, handles: list[Any], num_envs_per_stepper: int) -> None:
+    A stepper whose process died is restarted by Ray with fresh episodes: the step in flight
+    is lost (``lost`` rows, not stored) and the fresh observations carry on; ``restarts``
+    counts, and stops the run past ``max_restarts``.
+    """
+
+    def __init__(
+        self, handles: list[Any], num_envs_per_stepper: int, restarts: RestartCounter
+    ) -> None:
         self.handles, self.num_envs = handles, num_envs_per_stepper
+        self.restarts = restarts
         self._futures: list[Any] = []
 
     def observations(self) -> np.ndarray:
@@ -77,7 +87,32 @@ class RayStepperPool:
     def wait(self) -> list[dict[str, Any]]:
         import ray
 
-        return ray.get(self._futures)
+        results = []
+        for position, future in enumerate(self._futures):
+            try:
+                result = ray.get(future)
+            except ray.exceptions.RayActorError as error:
+                if getattr(error, "_actor_init_failed", False):
+                    raise
+                self.restarts.died(position, death_reason(error))
+                handle = self.handles[position]
+                fresh = get_when_restarted(handle.observations.remote)
+                result = {
+                    "next_obs": fresh,
+                    "final_obs": fresh,
+                    "rewards": np.zeros(self.num_envs),
+                    "terminated": np.zeros(self.num_envs, dtype=bool),
+                    "truncated": np.ones(self.num_envs, dtype=bool),
+                    "finished_returns": [],
+                    "finished_lengths": [],
+                }
+            else:
+                if not self.restarts.restarted_unseen(position, result["process_id"]):
+                    results.append(result)
+                    continue
+            # The fresh process started new episodes: nothing of this step is a transition.
+            results.append({**result, "lost": np.ones(self.num_envs, dtype=bool)})
+        return results
 
 
 class FlashSACLearnerWorker:
@@ -98,13 +133,15 @@ class FlashSACLearnerWorker:
         device: str,
         seed: int,
         torch_threads: int = 1,
+        restarts: RestartCounter | None = None,
     ) -> None:
         # Ray would pin this process to one thread; FlashSAC's wider networks gain from more,
         # and the rollout actors sit mostly idle while the learner updates.
         torch.set_num_threads(torch_threads)
+        self.restarts = restarts or RestartCounter(0, list(range(len(stepper_handles))))
         self.collector = FlashSACCollector(
             actor_spec,
-            RayStepperPool(stepper_handles, num_envs_per_stepper),
+            RayStepperPool(stepper_handles, num_envs_per_stepper, self.restarts),
             obs_dim,
             action_dim,
             action_low,
@@ -117,7 +154,9 @@ class FlashSACLearnerWorker:
         )
 
     def run(self, steps: int) -> tuple[dict[str, Any], dict[str, float]]:
-        return self.collector.run(steps)
+        stats, metrics = self.collector.run(steps)
+        stats["rollout_actor_restarts"] = self.restarts.take_new_restarts()
+        return stats, metrics
 
     def network_state(self) -> dict[str, Any]:
         return self.collector.learner.network_state()

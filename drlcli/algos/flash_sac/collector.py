@@ -17,6 +17,7 @@ benchmarks give it a local one.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -44,9 +45,11 @@ class EnvStepper:
         return self.envs.obs.astype(np.float32)
 
     def step(self, actions: np.ndarray) -> dict[str, Any]:
-        """Step every env; ``final_obs`` is the pre-reset observation (the transition's s')."""
+        """Step every env; ``final_obs`` is the pre-reset observation (the transition's s').
+        ``process_id`` tells the caller when Ray replaced a dead process between two steps."""
         step = self.envs.step(actions)
         return {
+            "process_id": os.getpid(),
             "next_obs": step.next_obs.astype(np.float32),
             "final_obs": step.final_obs.astype(np.float32),
             "rewards": step.rewards,
@@ -69,7 +72,9 @@ class EnvStepperPool(Protocol):
         ...
 
     def wait(self) -> list[dict[str, Any]]:
-        """The ``EnvStepper.step`` results of the step started last, one per stepper."""
+        """The ``EnvStepper.step`` results of the step started last, one per stepper. A result
+        may carry ``lost [num_envs]`` (bool): those envs' transitions are unknown (their
+        stepper's process was restarted; ``next_obs`` is the fresh episode's first)."""
         ...
 
 
@@ -183,9 +188,13 @@ class FlashSACCollector:
             rewards = np.concatenate([r["rewards"] for r in results])
             terminated = np.concatenate([r["terminated"] for r in results])
             truncated = np.concatenate([r["truncated"] for r in results])
-            self.replay.add(self.obs, actions, rewards, final_obs, terminated)
+            lost = [r.get("lost", np.zeros(len(r["rewards"]), dtype=bool)) for r in results]
+            kept = ~np.concatenate(lost)
+            self.replay.add(
+                self.obs[kept], actions[kept], rewards[kept], final_obs[kept], terminated[kept]
+            )
             self.reward_scaler.update(rewards, terminated | truncated)
-            self.transitions += len(rewards)
+            self.transitions += int(kept.sum())
             self.obs, self.dones = next_obs, terminated | truncated
             for r in results:
                 returns += r["finished_returns"]

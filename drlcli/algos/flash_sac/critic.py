@@ -77,8 +77,8 @@ def categorical_td_target(
     shifted = rewards.unsqueeze(-1) + gamma * keep * (atoms - next_entropy_term.unsqueeze(-1))
     position = (shifted.clamp(v_min, v_max) - v_min) / spacing
     lower = position.floor().clamp(0, num_bins - 1)
-    upper_weight = position - lower
-    lower_index = lower.long()
+    upper_weight = position - lower  # NaN where the target is: the loss then reports it
+    lower_index = lower.nan_to_num(0.0).long()  # a NaN would index far out of range
     upper_index = (lower_index + 1).clamp(max=num_bins - 1)
     probs = next_log_probs.exp()
     target = torch.zeros_like(probs)

@@ -140,10 +140,11 @@ class FlashSACLearner:
         self.updates += 1
         values = {name: float(value) for name, value in metrics.items()}
         values["learning_rate"] = rate
-        if not all(math.isfinite(v) for v in values.values()):
+        non_finite = [f"{name} {v}" for name, v in values.items() if not math.isfinite(v)]
+        if non_finite:
             raise TrainingError(
-                "FlashSAC update produced a non-finite loss; lower algo_params.learning_rate "
-                "or check the environment's rewards"
+                f"FlashSAC update {self.updates}: {', '.join(non_finite)} is not finite; lower "
+                "algo_params.learning_rate or check the environment's rewards"
             )
         return values
 

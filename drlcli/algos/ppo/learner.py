@@ -241,10 +241,14 @@ class Learner:
                 "(`p.copy_(...)` under torch.no_grad())"
             )
         means = (sums / max(minibatches, 1)).tolist()
-        if not all(np.isfinite(means)):
+        quantities = ("policy loss", "value loss", "entropy", "gradient norm")
+        non_finite = [
+            f"{q} {m}" for q, m in zip(quantities, means, strict=True) if not np.isfinite(m)
+        ]
+        if non_finite:
             raise TrainingError(
-                "PPO update produced a non-finite loss or gradient; lower "
-                "algo_params.learning_rate or check the environment's rewards"
+                f"the PPO update's {', '.join(non_finite)} (mean over minibatches) is not finite; "
+                "lower algo_params.learning_rate or check the environment's rewards"
             )
         with torch.no_grad():  # how far the round's update moved the policy, on all its data
             new_logprob, _ = self.actor.log_prob_and_entropy(obs, actions)

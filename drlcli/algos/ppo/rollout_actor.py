@@ -5,6 +5,7 @@ A plain class: the runtime wraps it with ``ray.remote``; tests use it in-process
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -81,7 +82,7 @@ class MuJoCoActor:
             ``(trajectory, stats)``. trajectory: columnar float32 arrays ``obs [N, O]``
             (normalised), ``act [N, A]`` (raw policy sample), ``logp``, ``value``, ``adv``,
             ``ret`` ``[N]`` with ``N = rollout_length * num_envs``, time-major. stats:
-            ``actor_id, episodes, episode_return_sum, episode_returns, episode_len_sum,
+            ``actor_id, process_id, episodes, episode_return_sum, episode_returns, episode_len_sum,
             obs_rms_moments`` (moments of this round's raw observations only),
             ``reward_moments`` (the reward scaler's running moments for checkpoints, or None).
         """
@@ -158,6 +159,7 @@ class MuJoCoActor:
         }
         stats = {
             "actor_id": self.actor_id,
+            "process_id": os.getpid(),  # a changed id tells the driver the process was restarted
             "episodes": len(episode_returns),
             "episode_return_sum": float(sum(episode_returns)),
             "episode_returns": episode_returns,

@@ -1,0 +1,75 @@
+"""Rollout actors that die are restarted by Ray; this module counts the restarts and stops the
+run past the configured limit.
+
+Ray restarts a rollout actor's process (``max_restarts``) by running its constructor again with
+the same arguments, and never retries the call that was in flight (``max_task_retries: 0``): the
+caller redoes that call on the fresh process, after restoring what the process must carry over
+(PPO's reward-scaler moments). A process killed between two calls is also restarted silently;
+the caller notices it by the process id each call reports, and treats it as a death: the call
+that ran on the fresh process is redone after the same restoration, or its data is dropped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drlcli.errors import TrainingError
+
+
+def restartable_actor_options(max_restarts: int) -> dict[str, Any]:
+    """Ray ``.options`` of a rollout actor: restarted up to ``max_restarts`` times, calls in
+    flight not retried (the caller redoes them after restoring state)."""
+    return {"max_restarts": max_restarts, "max_task_retries": 0}
+
+
+class RestartCounter:
+    """The restarts of the rollout actors one process (driver or learner) calls.
+
+    Args:
+        limit: restarts allowed per rollout actor (config ``max_rollout_actor_restarts``).
+        actor_ids: the rollout actors' indices in the run (named in messages).
+    """
+
+    def __init__(self, limit: int, actor_ids: list[int]) -> None:
+        self.limit = limit
+        self.actor_ids = list(actor_ids)
+        self.restarts = [0] * len(actor_ids)
+        self.pids: list[int | None] = [None] * len(actor_ids)
+        self.new_restarts = 0  # since take_new_restarts()
+
+    def died(self, position: int, reason: str) -> None:
+        """The rollout actor at ``position`` died in a call (Ray restarts it if the limit
+        allows); raises TrainingError past the limit."""
+        self.restarts[position] += 1
+        self.new_restarts += 1
+        self.pids[position] = None  # the next call reports the fresh process
+        if self.restarts[position] > self.limit:
+            raise TrainingError(
+                f"rollout actor {self.actor_ids[position]} died {self.restarts[position]} times, "
+                f"more than max_rollout_actor_restarts: {self.limit} ({reason})"
+            )
+
+    def restarted_unseen(self, position: int, pid: int) -> bool:
+        """Record the process id a call reported; True (and counted as a death) when it differs
+        from the previous call's: the process died and was restarted between two calls."""
+        previous, self.pids[position] = self.pids[position], pid
+        if previous is None or previous == pid:
+            return False
+        self.died(position, "its process was replaced between two calls")
+        self.pids[position] = pid
+        return True
+
+    def take_new_restarts(self) -> int:
+        """Restarts since the previous call (a round's count for the metrics row)."""
+        count, self.new_restarts = self.new_restarts, 0
+        return count
+
+
+def death_reason(error: Exception) -> str:
+    """One line on why a Ray actor call failed: the process id and Ray's first line."""
+    message = str(getattr(error, "error_msg", "") or error)
+    pid = next(
+        (line.split(":", 1)[1].strip() for line in message.splitlines() if "pid:" in line), None
+    )
+    first = message.strip().splitlines()[0] if message.strip() else type(error).__name__
+    return f"pid {pid}: {first}" if pid else first

@@ -1,0 +1,156 @@
+"""Faults during training: processes that die, and what a run leaves on disk after them
+(issue "Training survives faults and bad input, and loses nothing")."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import pathlib
+import re
+import signal
+import threading
+import time
+
+import psutil
+import pytest
+import torch
+from rich.console import Console
+
+from drlcli.checkpoint import read_checkpoint
+from drlcli.config import load_config
+from drlcli.errors import TrainingError
+from drlcli.metrics import read_metrics
+from drlcli.runtime.restarts import RestartCounter
+from drlcli.runtime.training import train
+from drlcli.topology import AvailableDevices
+
+pytestmark = pytest.mark.usefixtures("ray_cluster")
+NO_GPU = AvailableDevices(cuda_devices=0, mps=False)
+DIE_ENV = "tests.range_envs:drltest/DieAt-v0"
+PARAMS = {
+    "ppo": "{num_epochs: 1, num_minibatches: 2, hidden_sizes: [8]}",
+    "flash_sac": "{batch_size: 16, warmup_steps: 40, actor_hidden_dim: 8, actor_num_blocks: 1,"
+    " critic_hidden_dim: 8, critic_num_blocks: 1, num_bins: 11}",
+}
+
+
+def dying_config(tmp_path, algo, kwargs, total, extra=""):
+    path = tmp_path / f"{algo}.yaml"
+    path.write_text(
+        f"algo: {algo}\nenv: {{id: '{DIE_ENV}', num_envs: 2, kwargs: {kwargs}}}\n"
+        f"num_actors: 2\ntotal_env_steps: {total}\nrollout_length: 40\n"
+        f"output_dir: {tmp_path / 'out'}\nalgo_params: {PARAMS[algo]}\n{extra}"
+    )
+    return load_config(path)
+
+
+def run(config):
+    output = io.StringIO()
+    summary = train(config, quiet=True, devices=NO_GPU, console=Console(file=output, width=200))
+    return summary, output.getvalue()
+
+
+@pytest.mark.parametrize("algo", ["ppo", "flash_sac"])
+def test_a_rollout_actor_killed_mid_round_is_restarted_and_the_run_completes(tmp_path, algo):
+    marker = tmp_path / "died"
+    # Each env steps 40 per round: the 60th step of the first env there falls in round 2.
+    config = dying_config(tmp_path, algo, f"{{at_step: 60, marker: '{marker}'}}", total=480)
+    summary, output = run(config)
+
+    assert marker.exists()  # a rollout actor's process did die, by SIGKILL
+    assert summary.rounds == 3 and summary.env_steps == 480
+    rows = read_metrics(config.metrics_path)
+    assert [row["round"] for row in rows] == ["1", "2", "3"]
+    assert [row["rollout_actor_restarts"] for row in rows] == ["0", "1", "0"]
+    assert "round 2: 1 rollout-actor process(es) died and Ray restarted them" in output
+    checkpoint = read_checkpoint(config.checkpoint_path)
+    assert checkpoint.progress.round == 3 and checkpoint.progress.env_steps == 480
+    assert all(torch.isfinite(t).all() for t in checkpoint.actor.values())
+
+
+@pytest.mark.parametrize("algo", ["ppo", "flash_sac"])
+def test_past_the_restart_limit_the_run_stops_naming_the_actor_and_the_checkpoint(tmp_path, algo):
+    # Every process dies at its 60th step: in round 2 (first death), and again in round 3 by
+    # the restarted process's 60th step (second death, past the limit of 1).
+    config = dying_config(
+        tmp_path, algo, "{at_step: 60}", total=960, extra="max_rollout_actor_restarts: 1\n"
+    )
+    with pytest.raises(TrainingError) as error:
+        run(config)
+    message = str(error.value)
+    assert "\n" not in message
+    assert message.startswith("round 3: rollout actor ")
+    assert "died 2 times, more than max_rollout_actor_restarts: 1" in message
+    assert message.endswith(f"the last good checkpoint is {config.checkpoint_path}")
+    assert read_checkpoint(config.checkpoint_path).progress.round == 2
+    assert [row["round"] for row in read_metrics(config.metrics_path)] == ["1", "2"]
+
+
+def test_restart_counter_counts_deaths_and_replaced_processes_up_to_the_limit():
+    counter = RestartCounter(limit=2, actor_ids=[4, 5])
+    assert not counter.restarted_unseen(0, pid=100)  # first call: nothing to compare
+    assert not counter.restarted_unseen(0, pid=100)
+    assert counter.restarted_unseen(0, pid=101)  # replaced between two calls
+    counter.died(1, "pid 200: killed")
+    assert not counter.restarted_unseen(1, pid=201)  # the fresh process after a seen death
+    assert counter.take_new_restarts() == 2 and counter.take_new_restarts() == 0
+    counter.died(0, "pid 101: killed")
+    with pytest.raises(TrainingError, match=r"^rollout actor 4 died 3 times, more than .*: 2"):
+        counter.died(0, "pid 102: killed")
+
+
+def kill_processes_when(ready, title_prefix, timeout_s=60.0):
+    """Start a thread that, once ``ready()``, SIGKILLs every process whose title (Ray names
+    actor processes ``ray::ClassName...``) starts with ``title_prefix``; returns the thread and
+    the list it fills with the killed PIDs."""
+    killed: list[int] = []
+
+    def watch():
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not ready():
+            time.sleep(0.02)
+        for process in psutil.process_iter(["pid", "cmdline"]):
+            cmdline = process.info["cmdline"] or []
+            if cmdline and cmdline[0].startswith(title_prefix):
+                with contextlib.suppress(psutil.Error):
+                    process.send_signal(signal.SIGKILL)
+                    killed.append(process.info["pid"])
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread, killed
+
+
+def rows_written(path, count):
+    return lambda: path.exists() and len(path.read_text().splitlines()) > count
+
+
+@pytest.mark.parametrize(
+    ("algo", "learner_class"),
+    [("ppo", "PPOLearnerWorker"), ("flash_sac", "FlashSACLearnerWorker")],
+)
+def test_a_dead_learner_stops_the_run_and_resume_continues_from_the_last_checkpoint(
+    tmp_path, algo, learner_class
+):
+    config = dying_config(tmp_path, algo, "{at_step: 0}", total=160 * 24)  # never dies itself
+    metrics = pathlib.Path(config.metrics_path)
+    thread, killed = kill_processes_when(rows_written(metrics, 3), f"ray::{learner_class}")
+    with pytest.raises(TrainingError) as error:
+        run(config)
+    thread.join()
+    assert killed
+    message = str(error.value)
+    assert re.fullmatch(
+        r"round \d+: learner 0 died \(pid \d+: .*\); the last good checkpoint is "
+        + re.escape(str(config.checkpoint_path)),
+        message,
+    ), message
+    stopped_at = read_checkpoint(config.checkpoint_path).progress.round
+    assert 3 <= stopped_at < 24
+
+    summary = train(config, resume=config.checkpoint_path, quiet=True, devices=NO_GPU)
+    assert summary.rounds == 24 and summary.env_steps == 160 * 24
+    rows = read_metrics(config.metrics_path)
+    assert [int(row["round"]) for row in rows] == list(range(1, 25))
+    env_steps = [int(row["env_steps"]) for row in rows]
+    assert env_steps == sorted(env_steps) and env_steps[-1] == 160 * 24
