@@ -7,6 +7,7 @@ previous complete file or the new complete file, never a partial one.
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import tempfile
 from collections.abc import Iterator
@@ -46,3 +47,16 @@ def atomic_output(path: str | Path) -> Iterator[Path]:
         os.fsync(directory)
     finally:
         os.close(directory)
+
+
+def remove_leftovers(path: str | Path) -> list[Path]:
+    """Remove the temporary files ``atomic_output(path)`` leaves when its process is killed
+    (SIGKILL, power loss) in the middle of a write; returns them. Call before writing ``path``
+    again, from the one process that writes it."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        return []
+    leftovers = sorted(path.parent.glob(f".{glob.escape(path.name)}.*{glob.escape(path.suffix)}"))
+    for leftover in leftovers:
+        leftover.unlink(missing_ok=True)
+    return leftovers

@@ -101,4 +101,3 @@ def test_the_page_draws_a_real_run_follows_it_live_and_shows_its_audit(tiny_conf
         page.close()
         server.shutdown()
         server.server_close()
-

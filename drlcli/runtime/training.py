@@ -27,6 +27,7 @@ from drlcli.actors.contract import declared_inference_memory
 from drlcli.actors.spec import ActorSpec, actor_semantics, build_policy_actor
 from drlcli.algos.algorithm import Algorithm, ReplaySaving
 from drlcli.algos.registry import ALGORITHMS, get_algorithm
+from drlcli.atomic import remove_leftovers
 from drlcli.checkpoint import (
     BEST_BY_EVALUATION,
     BEST_BY_TRAINING_RETURN,
@@ -142,6 +143,13 @@ def train(
             actor.aux_loss_names,
             evaluation=config.evaluation.interval_env_steps is not None,
         )
+        for output in (
+            config.checkpoint_path,
+            config.best_checkpoint_path,
+            replay_path(config.checkpoint_path),
+            Path(config.metrics_path),
+        ):
+            remove_leftovers(output)  # of writes a killed run left unfinished
         writer = MetricsWriter(
             config.metrics_path,
             columns,
