@@ -7,11 +7,15 @@ previous complete file or the new complete file, never a partial one.
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+
+from drlcli.errors import StorageError
 
 
 def _default_mode() -> int:
@@ -27,10 +31,19 @@ def atomic_output(path: str | Path) -> Iterator[Path]:
     The temporary file keeps ``path``'s suffix (writers that pick a format from it work) and is
     hidden (leading dot). On any exception, Ctrl-C included, it is removed and ``path`` is left
     untouched. The data and the rename are fsynced.
+
+    Raises:
+        StorageError: the folder cannot be written (permissions, a full disk: any OSError of
+            the writes), naming ``path``.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, name = tempfile.mkstemp(
+            prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent
+        )
+    except OSError as error:
+        raise storage_error(path, error) from None
     os.close(handle)
     temp = Path(name)
     try:
@@ -39,14 +52,43 @@ def atomic_output(path: str | Path) -> Iterator[Path]:
             os.fsync(stream.fileno())
         os.chmod(temp, _default_mode())  # mkstemp creates 0600; give the file normal permissions
         os.replace(temp, path)
+        directory = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+    except OSError as error:
+        temp.unlink(missing_ok=True)
+        raise storage_error(path, error) from None
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
-    directory = os.open(path.parent, os.O_RDONLY)
+
+
+def storage_error(path: str | Path, error: OSError) -> StorageError:
+    """One line for a failed write of ``path``: the system's reason, and on a full disk the
+    space left."""
+    reason = error.strerror or str(error)
+    if error.errno == errno.ENOSPC:
+        with contextlib.suppress(OSError):
+            free = shutil.disk_usage(Path(path).parent).free
+            reason += f" ({free / 2**20:.1f} MiB free there)"
+    return StorageError(f"cannot write {path}: {reason}")
+
+
+def check_writable(folder: str | Path, what: str) -> None:
+    """Create ``folder`` if needed and a file in it, or raise StorageError naming ``what`` (the
+    config field), before a run starts rather than at its first write."""
+    folder = Path(folder)
     try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        raise StorageError(
+            f"{what}: cannot write in {folder}: {error.strerror or error}; choose a folder "
+            "you can write to"
+        ) from None
 
 
 def remove_leftovers(path: str | Path) -> list[Path]:

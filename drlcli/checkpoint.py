@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import pickle
 import re
 import warnings
@@ -314,8 +315,12 @@ def save_payload(path: str | Path, payload: Mapping[str, Any]) -> Path:
     ``content_hash`` of everything in it."""
     path = Path(path)
     contents = {key: value for key, value in payload.items() if key != CONTENT_HASH}
+    # Serialised in memory first: torch's file writer reports a full disk as an obscure
+    # RuntimeError, Python's as OSError ENOSPC (a StorageError from atomic_output).
+    buffer = io.BytesIO()
+    torch.save({**contents, CONTENT_HASH: content_hash(contents)}, buffer)
     with atomic_output(path) as temp:
-        torch.save({**contents, CONTENT_HASH: content_hash(contents)}, temp)
+        temp.write_bytes(buffer.getbuffer())
     return path
 
 

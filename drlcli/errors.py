@@ -68,5 +68,9 @@ class TrainingStopped(DrlError):
         super().__init__(f"stopped by {signal_name} after round {rounds}; {where}")
 
 
+class StorageError(DrlError):
+    """A file cannot be written: no permission, no space left, not a folder."""
+
+
 class ExportError(DrlError):
     """The ONNX graph could not be built or does not reproduce the torch policy."""

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from drlcli.algos.algorithm import Algorithm
-from drlcli.atomic import atomic_output
+from drlcli.atomic import atomic_output, storage_error
 from drlcli.errors import TrainingError
 
 # name -> meaning of the columns every run writes, in CSV order; each algorithm's registry
@@ -142,10 +142,13 @@ class MetricsWriter:
             self._file = self.path.open("a", newline="")
             self._writer = csv.writer(self._file)
         else:
-            self._file = self.path.open("w", newline="")
-            self._writer = csv.writer(self._file)
-            self._writer.writerow(self.columns)
-            self._file.flush()
+            try:
+                self._file = self.path.open("w", newline="")
+                self._writer = csv.writer(self._file)
+                self._writer.writerow(self.columns)
+                self._file.flush()
+            except OSError as error:
+                raise storage_error(self.path, error) from None
 
     def _rewrite(self, rows: list[dict[str, str]]) -> None:
         with atomic_output(self.path) as temp, Path(temp).open("w", newline="") as handle:
@@ -162,8 +165,11 @@ class MetricsWriter:
                 f"metrics {unknown} are not among this run's columns: the set of metric names "
                 "(aux losses included) must not change during training"
             )
-        self._writer.writerow([_format(row.get(column)) for column in self.columns])
-        self._file.flush()
+        try:
+            self._writer.writerow([_format(row.get(column)) for column in self.columns])
+            self._file.flush()
+        except OSError as error:
+            raise storage_error(self.path, error) from None
 
     def close(self) -> None:
         self._file.close()

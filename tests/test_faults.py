@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import pathlib
 import re
 import signal
+import subprocess
 import threading
 import time
 
@@ -18,7 +20,7 @@ from rich.console import Console
 
 from drlcli.checkpoint import read_checkpoint
 from drlcli.config import load_config
-from drlcli.errors import TrainingError
+from drlcli.errors import StorageError, TrainingError
 from drlcli.metrics import read_metrics
 from drlcli.runtime.restarts import RestartCounter
 from drlcli.runtime.training import train
@@ -154,3 +156,77 @@ def test_a_dead_learner_stops_the_run_and_resume_continues_from_the_last_checkpo
     assert [int(row["round"]) for row in rows] == list(range(1, 25))
     env_steps = [int(row["env_steps"]) for row in rows]
     assert env_steps == sorted(env_steps) and env_steps[-1] == 160 * 24
+
+
+def test_an_output_folder_that_cannot_be_written_is_refused_before_anything_starts(
+    tiny_config, tmp_path
+):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    config = dataclasses.replace(load_config(tiny_config()), output_dir=str(blocker / "out"))
+    with pytest.raises(StorageError) as error:
+        train(config, quiet=True, devices=NO_GPU)
+    assert str(error.value) == (
+        f"output_dir: cannot write in {blocker / 'out'}: Not a directory; choose a folder you "
+        "can write to"
+    )
+    assert error.value.exit_code == 1
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 2 MiB tmpfs (root only: skipped where mounting is not allowed)."""
+    mount_point = tmp_path / "disk"
+    mount_point.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount_point)],
+        capture_output=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=True)
+
+
+def test_a_full_disk_stops_the_round_in_one_line_and_keeps_the_previous_checkpoint(
+    tiny_config, small_disk
+):
+    config = load_config(tiny_config("full", total=128 * 60))
+    config = dataclasses.replace(
+        config, output_dir=str(small_disk), metrics_path=str(small_disk / "metrics.csv")
+    )
+    filler = small_disk / "filler"
+
+    def fill() -> None:
+        with filler.open("wb") as handle, contextlib.suppress(OSError):
+            while True:
+                handle.write(b"\0" * 65536)
+                handle.flush()
+
+    deadline = time.monotonic() + 60
+
+    def fill_when_ready():
+        while time.monotonic() < deadline and not rows_written(small_disk / "metrics.csv", 3)():
+            time.sleep(0.01)
+        fill()
+
+    thread = threading.Thread(target=fill_when_ready, daemon=True)
+    thread.start()
+    with pytest.raises(TrainingError) as error:
+        train(config, quiet=True, devices=NO_GPU)
+    thread.join()
+    message = str(error.value)
+    assert re.fullmatch(
+        r"round \d+: cannot write \S+: No space left on device \(\d+\.\d MiB free there\); "
+        rf"the last good checkpoint is {re.escape(str(config.checkpoint_path))}",
+        message,
+    ), message
+    kept = read_checkpoint(config.checkpoint_path)  # intact and loadable
+    assert kept.progress.round >= 2
+
+    filler.unlink()  # space again: the run resumes from the kept checkpoint
+    summary = train(config, resume=config.checkpoint_path, quiet=True, devices=NO_GPU)
+    assert summary.rounds == 60
+    assert [int(row["round"]) for row in read_metrics(config.metrics_path)] == list(range(1, 61))

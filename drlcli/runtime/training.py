@@ -27,7 +27,7 @@ from drlcli.actors.contract import declared_inference_memory
 from drlcli.actors.spec import ActorSpec, actor_semantics, build_policy_actor
 from drlcli.algos.algorithm import Algorithm, ReplaySaving
 from drlcli.algos.registry import ALGORITHMS, get_algorithm
-from drlcli.atomic import remove_leftovers
+from drlcli.atomic import check_writable, remove_leftovers
 from drlcli.checkpoint import (
     BEST_BY_EVALUATION,
     BEST_BY_TRAINING_RETURN,
@@ -43,7 +43,14 @@ from drlcli.checkpoint import (
 )
 from drlcli.config import Config
 from drlcli.envs import EnvFacts, env_facts, make_env
-from drlcli.errors import CheckpointError, TrainingError, TrainingStopped, UsageError
+from drlcli.errors import (
+    CheckpointError,
+    DrlError,
+    StorageError,
+    TrainingError,
+    TrainingStopped,
+    UsageError,
+)
 from drlcli.evaluation import EvaluationResult
 from drlcli.metrics import MetricsWriter, metric_columns
 from drlcli.normalization import DEFAULT_OBSERVATION_CLIP
@@ -106,6 +113,8 @@ def train(
     )
     replay_file = _replay_file(algorithm, config, resume, resume_replay)
 
+    check_writable(config.output_dir, "output_dir")
+    check_writable(Path(config.metrics_path).parent, "metrics_path")
     # Enough logical CPUs for every rollout actor, learner and the evaluator.
     num_cpus = max(os.cpu_count() or 1, topology.num_actors + topology.num_learners + 1)
     with ray_session(address, num_cpus=num_cpus):
@@ -378,22 +387,25 @@ def _run(
                 evaluated = evaluator.collect() if evaluator.periodic else None
                 if evaluated is not None:
                     row.update(evaluated[0].metrics())
-                writer.write(row)
-                if row["episode_return_mean"] is not None:
-                    last_return = row["episode_return_mean"]
-                checkpoint = build_checkpoint(
-                    algorithm, config, actor, facts, progress, obs_rms_state, learner_states
-                )
-                write_checkpoint(config.checkpoint_path, checkpoint)
-                if saves_replay:
-                    loop.save_replay(replay_path(config.checkpoint_path))
-                if evaluator.periodic:
-                    if evaluated is not None:
-                        best.offer_evaluated(*evaluated)
-                    if evaluator.due(progress.env_steps):
-                        evaluator.submit(checkpoint)
-                else:
-                    best.offer_training_return(row["episode_return_mean"], checkpoint)
+                try:  # a full disk, say: the previous checkpoint stays intact
+                    writer.write(row)
+                    if row["episode_return_mean"] is not None:
+                        last_return = row["episode_return_mean"]
+                    checkpoint = build_checkpoint(
+                        algorithm, config, actor, facts, progress, obs_rms_state, learner_states
+                    )
+                    write_checkpoint(config.checkpoint_path, checkpoint)
+                    if saves_replay:
+                        loop.save_replay(replay_path(config.checkpoint_path))
+                    if evaluator.periodic:
+                        if evaluated is not None:
+                            best.offer_evaluated(*evaluated)
+                        if evaluator.due(progress.env_steps):
+                            evaluator.submit(checkpoint)
+                    else:
+                        best.offer_training_return(row["episode_return_mean"], checkpoint)
+                except StorageError as error:
+                    raise _failed_round(error, progress.round, config) from None
                 display.update(row, total_rounds)
             if stop.requested:  # the last round finished; skip the final evaluation
                 raise stop.stopped(_written(config.checkpoint_path), progress.round)
@@ -442,7 +454,7 @@ def _check_finite(learner_states: list[dict[str, Any]], round_number: int, confi
             raise _failed_round(error, round_number, config)
 
 
-def _failed_round(error: TrainingError, round_number: int, config: Config) -> TrainingError:
+def _failed_round(error: DrlError, round_number: int, config: Config) -> TrainingError:
     """The error of a round, with its number and the checkpoint left intact to resume from."""
     last = _written(config.checkpoint_path)
     where = f"; the last good checkpoint is {last}" if last is not None else ""
