@@ -90,7 +90,7 @@ def ppo_checkpoint_payload():
     semantics = actor_semantics(spec, facts.obs_dim, facts.action_dim, "clip")
     obs_rms = {"mean": np.arange(4.0), "var": np.ones(4), "count": 100.0}
     progress = RunProgress(round=3, env_steps=6144, wall_time_s=1.5, best_return=12.5)
-    actor = ProbedActor(spec, semantics, [], declared_inference_memory(learner.actor))
+    actor = ProbedActor(spec, semantics, [], declared_inference_memory(learner.actor), 0)
     return build_checkpoint(
         PPO, config, actor, facts, progress, obs_rms, [learner.state_dict()]
     ).to_payload()

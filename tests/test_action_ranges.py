@@ -86,6 +86,7 @@ def test_exploration_training_play_and_onnx_agree_on_the_action(bounds, tmp_path
         actor_semantics(spec, 3, 2, learner.actor.action_transform_id),
         [],
         declared_inference_memory(learner.actor),
+        parameter_bytes=0,
     )
     state = {**learner.state_dict(), "return_scaler": None, "transitions": 0}
     checkpoint = build_checkpoint(FLASH_SAC, config, probed, facts, RunProgress(), None, [state])

@@ -20,7 +20,7 @@ from rich.console import Console
 
 from drlcli.checkpoint import read_checkpoint
 from drlcli.config import load_config
-from drlcli.errors import StorageError, TrainingError
+from drlcli.errors import ConfigError, StorageError, TrainingError
 from drlcli.metrics import read_metrics
 from drlcli.runtime.restarts import RestartCounter
 from drlcli.runtime.training import train
@@ -230,3 +230,48 @@ def test_a_full_disk_stops_the_round_in_one_line_and_keeps_the_previous_checkpoi
     summary = train(config, resume=config.checkpoint_path, quiet=True, devices=NO_GPU)
     assert summary.rounds == 60
     assert [int(row["round"]) for row in read_metrics(config.metrics_path)] == list(range(1, 61))
+
+
+@pytest.mark.parametrize(
+    ("algo", "extra", "message"),
+    [
+        (
+            "flash_sac",
+            "  buffer_size: 2000000000\n",
+            r"this run needs \d+\.\d GiB of memory, \d+\.\d GiB is free: 1 replay buffer\(s\) of "
+            r"2000000000 transitions alone take \d+\.\d GiB; shrink algo_params.buffer_size$",
+        ),
+        (
+            "ppo",
+            "",
+            r"this run needs .* a round's rollout \(40000000000 env steps\) alone take .*; "
+            r"shrink rollout_length$",
+        ),
+    ],
+)
+def test_a_run_that_does_not_fit_in_memory_is_refused_before_anything_starts(
+    tmp_path, algo, extra, message
+):
+    params = {
+        "ppo": "algo_params: {hidden_sizes: [8]}\nrollout_length: 20000000000\n",
+        "flash_sac": "algo_params:\n  actor_hidden_dim: 8\n  critic_hidden_dim: 8\n" + extra,
+    }[algo]
+    path = tmp_path / "huge.yaml"
+    path.write_text(
+        f"algo: {algo}\nenv: {{id: InvertedPendulum-v5, num_envs: 2}}\n"
+        f"total_env_steps: 100000000000\noutput_dir: {tmp_path / 'out'}\n{params}"
+    )
+    with pytest.raises(ConfigError, match=message):
+        train(load_config(path), quiet=True, devices=NO_GPU)
+    assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
+def test_memory_needs_add_up_and_name_the_largest():
+    from drlcli.algos.algorithm import MemoryNeed
+    from drlcli.runtime.memory_budget import check_memory
+
+    needs = [MemoryNeed("a", 600, "field_a"), MemoryNeed("b", 500, "field_b")]
+    check_memory(needs, 1100)  # fits exactly
+    check_memory(needs, None)  # unknown: not checked
+    with pytest.raises(ConfigError, match=r"needs 1.1 KiB of memory, 1.1 KiB is free: a alone"):
+        check_memory(needs, 1099)

@@ -19,12 +19,14 @@ def tensor_bytes(tensors: Any) -> int:
 
 
 def format_bytes(count: int) -> str:
-    """``512 B``, ``17.5 KiB``, ``3.2 MiB``."""
+    """``512 B``, ``17.5 KiB``, ``3.2 MiB``, ``7.4 GiB``."""
     if count < 1024:
         return f"{count} B"
     if count < 1024**2:
         return f"{count / 1024:.1f} KiB"
-    return f"{count / 1024**2:.1f} MiB"
+    if count < 1024**3:
+        return f"{count / 1024**2:.1f} MiB"
+    return f"{count / 1024**3:.1f} GiB"
 
 
 def describe_memory(categories: Mapping[str, int]) -> str:

@@ -44,6 +44,28 @@ class ReplaySaving(Protocol):
 
 
 @dataclass(frozen=True)
+class RunShape:
+    """The sizes a run's memory follows, once the topology and the task are known."""
+
+    obs_dim: int
+    action_dim: int
+    num_envs: int  # per rollout actor
+    rollout_length: int
+    num_actors: int
+    num_learners: int
+
+
+@dataclass(frozen=True)
+class MemoryNeed:
+    """A part of a run that must fit in memory: what it is, its bytes, the field that shrinks
+    it (for the message that refuses a run)."""
+
+    what: str
+    bytes: int
+    shrink: str
+
+
+@dataclass(frozen=True)
 class Algorithm:
     """What drl needs to know about one algorithm.
 
@@ -71,6 +93,8 @@ class Algorithm:
             (PolicyActorContractError).
         replay_saving: ``params -> whether the run saves its replay buffer``, for algorithms
             whose round loop implements ``ReplaySaving``; None when it cannot.
+        memory_needs: ``(params, RunShape) -> [MemoryNeed]``: its large allocations (rollouts,
+            replay buffers, networks beyond the policy actor), checked before anything starts.
     """
 
     name: str
@@ -88,6 +112,7 @@ class Algorithm:
     check_learner_state: Callable[[dict[str, Any]], str | None] = lambda state: None
     check_actor: Callable[[Any, int, int], None] = lambda actor, obs_dim, action_dim: None
     replay_saving: Callable[[Any], bool] | None = None
+    memory_needs: Callable[[Any, RunShape], list[MemoryNeed]] = lambda params, shape: []
 
     def load_round_loop(self) -> type:
         """The ``RoundLoop`` class (imports Ray)."""

@@ -24,8 +24,9 @@ import torch
 from rich.console import Console
 
 from drlcli.actors.contract import declared_inference_memory
+from drlcli.actors.memory import module_memory_bytes
 from drlcli.actors.spec import ActorSpec, actor_semantics, build_policy_actor
-from drlcli.algos.algorithm import Algorithm, ReplaySaving
+from drlcli.algos.algorithm import Algorithm, ReplaySaving, RunShape
 from drlcli.algos.registry import ALGORITHMS, get_algorithm
 from drlcli.atomic import check_writable, remove_leftovers
 from drlcli.checkpoint import (
@@ -55,6 +56,7 @@ from drlcli.evaluation import EvaluationResult
 from drlcli.metrics import MetricsWriter, metric_columns
 from drlcli.normalization import DEFAULT_OBSERVATION_CLIP
 from drlcli.runtime.evaluation import EvaluationRunner
+from drlcli.runtime.memory_budget import available_memory_bytes, check_memory, run_memory_needs
 from drlcli.runtime.progress import TrainingProgress
 from drlcli.runtime.ray_session import process_resources, ray_session
 from drlcli.topology import AvailableDevices, TrainingTopology, detect_available_devices
@@ -113,6 +115,17 @@ def train(
     )
     replay_file = _replay_file(algorithm, config, resume, resume_replay)
 
+    if address is None:  # a cluster's learners and rollout actors may run on other machines
+        shape = RunShape(
+            facts.obs_dim,
+            facts.action_dim,
+            config.env.num_envs,
+            config.rollout_length,
+            topology.num_actors,
+            topology.num_learners,
+        )
+        needs = run_memory_needs(algorithm, config.algo_params, shape, actor.parameter_bytes)
+        check_memory(needs, available_memory_bytes())
     check_writable(config.output_dir, "output_dir")
     check_writable(Path(config.metrics_path).parent, "metrics_path")
     # Enough logical CPUs for every rollout actor, learner and the evaluator.
@@ -210,6 +223,7 @@ class ProbedActor:
     semantics: dict[str, Any]
     aux_loss_names: list[str]
     inference_memory: dict[str, int]
+    parameter_bytes: int  # of its parameters and buffers
 
 
 def probe_actor(algorithm: Algorithm, config: Config, facts: EnvFacts) -> ProbedActor:
@@ -229,6 +243,7 @@ def probe_actor(algorithm: Algorithm, config: Config, facts: EnvFacts) -> Probed
         semantics=actor_semantics(spec, facts.obs_dim, facts.action_dim, probe.action_transform_id),
         aux_loss_names=_aux_loss_names(probe, facts.obs_dim),
         inference_memory=declared_inference_memory(probe),
+        parameter_bytes=sum(module_memory_bytes(probe).values()),
     )
 
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from drlcli.actors.spec import BUILDER_PATTERN, ActorSpec
-from drlcli.algos.algorithm import Algorithm
+from drlcli.algos.algorithm import Algorithm, MemoryNeed, RunShape
 from drlcli.algos.flash_sac.params import ActorConfig, FlashSACParams
 from drlcli.config_fields import check_plain_data
 from drlcli.errors import ConfigError
@@ -102,6 +102,51 @@ def _return_scaler_problem(state: Any) -> str | None:
     return None if problem is None else f"return_scaler {problem}"
 
 
+def flash_sac_memory_needs(params: FlashSACParams, shape: RunShape) -> list[MemoryNeed]:
+    """Every learner's replay buffer (float32 ``s, s', a, r, terminated``; twice more while it
+    is saved), and its critics: online and target, gradients and Adam's two moments."""
+    import torch
+
+    from drlcli.algos.flash_sac.critic import DoubleCategoricalCritic
+
+    o, a, learners = shape.obs_dim, shape.action_dim, shape.num_learners
+    replay = learners * params.buffer_size * (8 * o + 4 * a + 8)
+    needs = [
+        MemoryNeed(
+            f"{learners} replay buffer(s) of {params.buffer_size} transitions",
+            replay,
+            "algo_params.buffer_size",
+        )
+    ]
+    if params.save_replay_buffer:
+        needs.append(
+            MemoryNeed(
+                "the copies of saving the replay buffers",
+                2 * replay,
+                "algo_params.buffer_size, or save_replay_buffer: false",
+            )
+        )
+    with torch.device("meta"):  # sizes only: nothing is allocated
+        critic = DoubleCategoricalCritic(
+            o,
+            a,
+            params.critic_hidden_dim,
+            params.critic_num_blocks,
+            params.num_bins,
+            params.v_min,
+            params.v_max,
+        )
+    critic_bytes = sum(t.numel() * t.element_size() for t in critic.state_dict().values())
+    needs.append(
+        MemoryNeed(
+            f"{learners} learner(s)' critics with target, gradients and Adam moments",
+            5 * critic_bytes * learners,
+            "algo_params.critic_hidden_dim",
+        )
+    )
+    return needs
+
+
 FLASH_SAC = Algorithm(
     name="flash_sac",
     summary="FlashSAC (arXiv 2604.04539), off-policy, distributional critic, custom actors",
@@ -139,4 +184,5 @@ FLASH_SAC = Algorithm(
     check_learner_device=resolve_cuda_graph,
     check_learner_state=lambda state: _return_scaler_problem(state.get("return_scaler")),
     replay_saving=lambda params: params.save_replay_buffer,
+    memory_needs=flash_sac_memory_needs,
 )

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from drlcli.actors.spec import ActorSpec
-from drlcli.algos.algorithm import Algorithm
+from drlcli.algos.algorithm import Algorithm, MemoryNeed, RunShape
 from drlcli.algos.ppo.params import PPOParams
 from drlcli.normalization import reward_scaler_state_problem
 
@@ -51,6 +51,18 @@ def check_actor(actor: Any, obs_dim: int, action_dim: int) -> None:
     validate_on_policy_actor(actor, obs_dim, action_dim)
 
 
+def ppo_memory_needs(params: PPOParams, shape: RunShape) -> list[MemoryNeed]:
+    """A round's rollout: each rollout actor's arrays (raw and normalised observations, GAE
+    terms), the trajectory in Ray's object store, and the learners' tensors with their
+    per-epoch shuffled copy."""
+    o, a = shape.obs_dim, shape.action_dim
+    per_step = (12 * o + 4 * a + 58) + 3 * (4 * o + 4 * a + 16)
+    steps = shape.rollout_length * shape.num_envs * shape.num_actors
+    return [
+        MemoryNeed(f"a round's rollout ({steps} env steps)", per_step * steps, "rollout_length")
+    ]
+
+
 PPO = Algorithm(
     name="ppo",
     summary="PPO (Schulman et al. 2017), on-policy, learners averaged every param_sync_interval",
@@ -76,4 +88,5 @@ PPO = Algorithm(
     ),
     check_learner_state=reward_scalers_problem,
     check_actor=check_actor,
+    memory_needs=ppo_memory_needs,
 )
