@@ -22,13 +22,14 @@ from drlcli.checkpoint import (
     Checkpoint,
     check_content_hash,
     check_fits,
+    corrupted_error,
     load_payload,
     non_finite_tensors,
     tensors_in,
     validate_actor_semantics,
     validate_learner_states,
 )
-from drlcli.errors import DrlError
+from drlcli.errors import CheckpointError, DrlError
 
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
 
@@ -87,6 +88,30 @@ def audit_checkpoint(path: str | Path, payload: dict | None = None) -> AuditRepo
     return AuditReport(str(path), checks)
 
 
+def read_verified_checkpoint(path: str | Path) -> Checkpoint:
+    """The checkpoint at ``path`` once every check of ``drl verify`` passed (warnings allowed):
+    what play, export and ``--resume`` read, so a file verify refuses is never used.
+
+    Raises:
+        CheckpointError: unreadable or corrupted, or naming the first failed check.
+    """
+    payload = load_payload(path)
+    if check_content_hash(payload) is False:
+        raise corrupted_error(path)
+    # The commonest faults first, with their own errors: fields, then the actor semantics.
+    checkpoint = Checkpoint.from_payload(payload, source=str(path))
+    validate_actor_semantics(checkpoint.actor_semantics, source=str(path))
+    failed = [check for check in audit_checkpoint(path, payload).checks if check.status == FAIL]
+    if failed:
+        others = len(failed) - 1
+        more = f" (and {others} more check{'s' if others > 1 else ''})" if others else ""
+        raise CheckpointError(
+            f"{path}: fails drl verify's '{failed[0].name}' check: {failed[0].detail}{more}; "
+            f"drl verify {path} shows the full report"
+        )
+    return checkpoint
+
+
 def _run(name: str, check: Callable[[dict], str], payload: dict) -> Check:
     try:
         return Check(name, PASS, check(payload))
@@ -94,8 +119,9 @@ def _run(name: str, check: Callable[[dict], str], payload: dict) -> Check:
         return Check(name, WARN, str(warning))
     except (_Failed, DrlError) as failure:
         return Check(name, FAIL, " ".join(str(failure).split()))
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
-        return Check(name, FAIL, f"malformed: {type(error).__name__}: {error}")
+    except Exception as error:  # any field of any type: a malformed file, never a crash
+        reason = " ".join(str(error).split())[:200]
+        return Check(name, FAIL, f"malformed: {type(error).__name__}: {reason}")
 
 
 def _record(payload: dict) -> Checkpoint:

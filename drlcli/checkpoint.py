@@ -191,12 +191,15 @@ class Checkpoint:
         except ConfigError as error:
             raise CheckpointError(f"{source}: checkpoint {error}") from None
         try:
+            max_steps = env.get("max_episode_steps")
+            if max_steps is not None and (type(max_steps) is not int or max_steps < 1):
+                raise ValueError(f"max_episode_steps must be a positive int, got {max_steps!r}")
             env_record = EnvRecord(
                 id=env["id"],
                 observation_shape=list(env["observation_shape"]),
                 action_low=[float(x) for x in env["action_low"]],
                 action_high=[float(x) for x in env["action_high"]],
-                max_episode_steps=env.get("max_episode_steps"),
+                max_episode_steps=max_steps,
                 kwargs=dict(env.get("kwargs", {})),
             )
             names = [f.name for f in dataclasses.fields(RunProgress)]
@@ -221,11 +224,20 @@ class Checkpoint:
             config=_field(payload, "config", dict, source),
             learner_states=_field(payload, "learner_states", list, source),
             obs_rms_state=obs_rms,
-            observation_clip=float(payload.get("observation_clip", DEFAULT_OBSERVATION_CLIP)),
+            observation_clip=_observation_clip(payload, source),
             versions=_field(payload, "versions", dict, source),
             inference_memory=_inference_memory(payload.get("inference_memory"), source),
             evaluation=_evaluation(payload.get("evaluation"), source),
         )
+
+
+def _observation_clip(payload: Mapping[str, Any], source: str) -> float:
+    clip = payload.get("observation_clip", DEFAULT_OBSERVATION_CLIP)
+    if isinstance(clip, bool) or not isinstance(clip, (int, float)) or not clip > 0:
+        raise CheckpointError(
+            f"{source}: checkpoint 'observation_clip' must be a positive number, got {clip!r}"
+        )
+    return float(clip)
 
 
 # Progress counters later drl versions added: older checkpoints take the defaults.
@@ -368,11 +380,15 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
     """
     payload = load_payload(path)
     if check_content_hash(payload) is False:
-        raise CheckpointError(
-            f"{path}: corrupted: its contents do not match the content hash written with it (a "
-            "changed byte, a damaged copy); use another checkpoint"
-        )
+        raise corrupted_error(path)
     return Checkpoint.from_payload(payload, source=str(path))
+
+
+def corrupted_error(path: str | Path) -> CheckpointError:
+    return CheckpointError(
+        f"{path}: corrupted: its contents do not match the content hash written with it (a "
+        "changed byte, a damaged copy); use another checkpoint"
+    )
 
 
 def load_payload(path: str | Path) -> dict[str, Any]:
@@ -411,15 +427,20 @@ def load_payload(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(
             f"{path}: not a readable torch checkpoint (truncated or corrupt?): {reason}"
         ) from error
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT_NAME:
+    if not isinstance(payload, dict) or not _is(payload.get("format"), str, FORMAT_NAME):
         raise CheckpointError(f"{path}: not a drl checkpoint (no format '{FORMAT_NAME}')")
     version = payload.get("format_version")
-    if version not in SUPPORTED_FORMAT_VERSIONS:
+    if not any(_is(version, int, supported) for supported in SUPPORTED_FORMAT_VERSIONS):
         raise CheckpointError(
             f"{path}: checkpoint format version {version!r} is not supported by this drl "
             f"(supported: {list(SUPPORTED_FORMAT_VERSIONS)})"
         )
     return payload
+
+
+def _is(value: Any, kind: type, expected: Any) -> bool:
+    """``value == expected`` for a value of exactly ``kind`` (a tensor or a bool is not)."""
+    return type(value) is kind and value == expected
 
 
 def _unsafe_global(message: str) -> str | None:

@@ -16,11 +16,10 @@ import torch
 
 from drlcli.actors.contract import declared_inference_memory
 from drlcli.actors.spec import ActorSpec, actor_semantics, build_policy_actor
+from drlcli.audit import read_verified_checkpoint
 from drlcli.checkpoint import (
     Checkpoint,
     check_fits,
-    non_finite_tensors,
-    read_checkpoint,
     validate_actor_semantics,
 )
 from drlcli.envs import EnvFacts, env_facts, make_env
@@ -101,7 +100,7 @@ def load_play_actor(
         SemanticsError: missing/unsupported semantics, a custom builder without consent,
             or a mismatch with the environment or the rebuilt actor.
     """
-    checkpoint = read_checkpoint(path)
+    checkpoint = read_verified_checkpoint(path)
     source = str(path)
     semantics = validate_actor_semantics(checkpoint.actor_semantics, source=source)
     spec = ActorSpec(semantics["builder"], semantics["kwargs"])
@@ -123,7 +122,6 @@ def load_play_actor(
     env.close()
     check_fits(checkpoint, facts, source)
 
-    _refuse_non_finite(checkpoint, source)
     actor = build_policy_actor(
         spec, facts.obs_dim, facts.action_dim, "cpu", facts.action_low, facts.action_high
     )
@@ -149,18 +147,6 @@ def load_play_actor(
         checkpoint=checkpoint,
         inference_memory=declared_inference_memory(actor),
     )
-
-
-def _refuse_non_finite(checkpoint: Checkpoint, source: str) -> None:
-    """Nothing non-finite leaves drl: NaN weights would send NaN actions into the simulator."""
-    bad = non_finite_tensors(
-        {"actor": checkpoint.actor, "obs_rms_state": checkpoint.obs_rms_state or {}}
-    )
-    if bad:
-        raise CheckpointError(
-            f"{source}: non-finite values in {', '.join(bad[:5])}; drl does not play or export a "
-            "policy with NaN or infinite weights or statistics (resume from an earlier checkpoint)"
-        )
 
 
 @dataclass(frozen=True)

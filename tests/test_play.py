@@ -49,7 +49,11 @@ def test_weights_that_do_not_fit_are_refused(checkpoint_file):
     def break_weights(payload):
         payload["actor"]["mean_network.0.weight"] = torch.zeros(3, 3)
 
-    with pytest.raises(CheckpointError, match="actor weights do not fit"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"fails drl verify's 'dimensions' check: actor tensor shapes do not match .* "
+        r"mean_network.0.weight \(3, 3\) != \(8, 4\)",
+    ):
         load_play_actor(checkpoint_file(break_weights))
 
 
@@ -254,10 +258,15 @@ def test_non_finite_weights_or_statistics_are_not_played_or_exported(
             payload["obs_rms_state"]["mean"][2] = float("inf")
 
     path = checkpoint_file(poison)
-    with pytest.raises(CheckpointError, match="non-finite values in"):
+    refusal = {
+        "weights": "fails drl verify's 'finite tensors' check: non-finite values in actor.log_std",
+        "statistics": "fails drl verify's 'observation statistics' check: obs_rms_state.mean is "
+        "not finite",
+    }[where]
+    with pytest.raises(CheckpointError, match=refusal):
         load_play_actor(path)
     out = tmp_path / "policy.onnx"
-    with pytest.raises(CheckpointError, match="does not play or export"):
+    with pytest.raises(CheckpointError, match=refusal):
         export_onnx(path, out)
     assert not out.exists()
 

@@ -29,6 +29,7 @@ from drlcli.actors.spec import ActorSpec, actor_semantics, build_policy_actor
 from drlcli.algos.algorithm import Algorithm, ReplaySaving, RunShape
 from drlcli.algos.registry import ALGORITHMS, get_algorithm
 from drlcli.atomic import check_writable, remove_leftovers
+from drlcli.audit import read_verified_checkpoint
 from drlcli.checkpoint import (
     BEST_BY_EVALUATION,
     BEST_BY_TRAINING_RETURN,
@@ -37,7 +38,6 @@ from drlcli.checkpoint import (
     RunProgress,
     check_fits,
     non_finite_tensors,
-    read_checkpoint,
     validate_actor_semantics,
     validate_learner_states,
     write_checkpoint,
@@ -295,7 +295,7 @@ def _load_for_resume(
     path: Path, config: Config, semantics: dict[str, Any], facts: EnvFacts
 ) -> Checkpoint:
     """The checkpoint to resume from, refused before anything starts unless it fits."""
-    checkpoint = read_checkpoint(path)
+    checkpoint = read_verified_checkpoint(path)
     validate_actor_semantics(checkpoint.actor_semantics, semantics, source=str(path))
     check_fits(checkpoint, facts, str(path), config=config)
     validate_learner_states(checkpoint.learner_states, checkpoint.algorithm, source=str(path))

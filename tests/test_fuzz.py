@@ -1,0 +1,238 @@
+"""Bad input never crashes: property-based mutations of configs and checkpoints, fed to the
+commands as a user runs them (in-process through the CLI app). Every case ends in a valid run
+or one ``error:`` line with exit 1 or 2, never a traceback.
+
+Hypothesis runs derandomized (the same cases every time); ``DRL_FUZZ_EXAMPLES`` scales the
+number of cases (default 1: the CI budget; ``--hypothesis-show-statistics`` counts them).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from drlcli.checkpoint import save_payload
+from drlcli.cli import app
+
+SCALE = float(os.environ.get("DRL_FUZZ_EXAMPLES", "1"))
+
+
+def fuzz_settings(examples: int):
+    return settings(
+        max_examples=max(1, int(examples * SCALE)),
+        derandomize=True,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+
+
+def key_paths(value: Any, prefix: tuple = (), depth: int = 0) -> list[tuple]:
+    """Every key path into nested dicts (and the first two items of lists)."""
+    found = []
+    if depth < 4 and isinstance(value, dict):
+        for key, item in value.items():
+            found.append((*prefix, key))
+            found += key_paths(item, (*prefix, key), depth + 1)
+    elif depth < 4 and isinstance(value, list):
+        for index, item in enumerate(value[:2]):
+            found.append((*prefix, index))
+            found += key_paths(item, (*prefix, index), depth + 1)
+    return found
+
+
+PLAIN_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.sampled_from([0, -1, 1, 10**12, 2**63]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+    st.lists(st.integers(-3, 3), max_size=3),
+    st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
+)
+TENSORS = st.one_of(
+    st.just(torch.empty(0)),
+    st.lists(st.integers(0, 5), min_size=0, max_size=3).map(lambda shape: torch.ones(shape)),
+    st.just(torch.tensor(float("nan"))),
+    st.just(torch.zeros(2, dtype=torch.int64)),
+)
+
+
+def mutate(document: Any, path: tuple, how: str, value: Any) -> Any:
+    """A deep copy of ``document`` with the entry at ``path`` replaced, deleted, wrapped in a
+    list, or given an unknown sibling key."""
+    mutated = copy.deepcopy(document)
+    parent = mutated
+    for key in path[:-1]:
+        parent = parent[key]
+    last = path[-1]
+    if how == "replace":
+        parent[last] = value
+    elif how == "delete":
+        del parent[last]
+    elif how == "wrap":
+        parent[last] = [parent[last]]
+    elif how == "unknown key" and isinstance(parent, dict):
+        parent[f"unknown_{last}"] = value
+    return mutated
+
+
+def assert_clean_outcome(result, command: list[str]) -> None:
+    """Exit 0, or 1/2 with one ``error:`` line on stderr (``drl verify``: its report with a
+    FAIL verdict, exit 1); never an uncaught exception."""
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise AssertionError(f"{command}: {type(result.exception).__name__}: {result.exception}")
+    assert result.exit_code in (0, 1, 2), (command, result.exit_code, result.output)
+    if command[0] == "verify" and result.exit_code == 1:  # the report, its verdict FAIL
+        assert "FAIL: " in result.stdout and not result.stderr.strip(), result.output
+    elif result.exit_code != 0:
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error: "), (command, result.stderr)
+        assert "Traceback" not in result.output
+
+
+@pytest.fixture(scope="module")
+def runner() -> CliRunner:
+    return CliRunner(env={"COLUMNS": "200"})
+
+
+# --- checkpoints: play, verify, export, resume ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def checkpoint_paths(ppo_checkpoint_payload) -> list[tuple]:
+    return key_paths(ppo_checkpoint_payload)
+
+
+def checkpoint_mutations(paths: list[tuple]):
+    return st.tuples(
+        st.sampled_from(paths),
+        st.sampled_from(["replace", "replace", "replace", "delete", "wrap", "unknown key"]),
+        st.one_of(PLAIN_VALUES, TENSORS),
+    )
+
+
+@given(data=st.data())
+@fuzz_settings(120)
+def test_mutated_checkpoints_are_verified_and_played_or_refused_in_one_line(
+    data, runner, tmp_path, ppo_checkpoint_payload, checkpoint_paths
+):
+    path, how, value = data.draw(checkpoint_mutations(checkpoint_paths))
+    payload = mutate(ppo_checkpoint_payload, path, how, value)
+    # Re-hashed as it is saved: the mutation must be caught by the checks, not by the hash.
+    checkpoint = save_payload(tmp_path / "mutated.pt", payload)
+    for command in (["verify", str(checkpoint)], ["play", str(checkpoint), "--episodes", "1"]):
+        assert_clean_outcome(runner.invoke(app, command), command)
+
+
+@given(data=st.data())
+@fuzz_settings(20)
+def test_mutated_checkpoints_are_exported_or_refused_in_one_line(
+    data, runner, tmp_path, ppo_checkpoint_payload, checkpoint_paths
+):
+    path, how, value = data.draw(checkpoint_mutations(checkpoint_paths))
+    checkpoint = save_payload(
+        tmp_path / "mutated.pt", mutate(ppo_checkpoint_payload, path, how, value)
+    )
+    out = tmp_path / "policy.onnx"
+    out.unlink(missing_ok=True)  # of an earlier example (tmp_path is shared by all)
+    command = ["export", str(checkpoint), str(out)]
+    result = runner.invoke(app, command)
+    assert_clean_outcome(result, command)
+    assert out.exists() == (result.exit_code == 0)  # a refused export leaves no file
+
+
+@given(
+    data=st.one_of(
+        st.binary(max_size=300),
+        st.tuples(st.integers(0, 10**9), st.integers(1, 255)),  # a byte of a valid file flipped
+    )
+)
+@fuzz_settings(40)
+def test_random_and_flipped_bytes_are_refused_in_one_line(
+    data, runner, tmp_path, checkpoint_file
+):
+    path = tmp_path / "bytes.pt"
+    if isinstance(data, bytes):
+        path.write_bytes(data)
+    else:
+        position, flip = data
+        raw = bytearray(checkpoint_file(name="valid.pt").read_bytes())
+        raw[position % len(raw)] ^= flip
+        path.write_bytes(bytes(raw))
+    for command in (["verify", str(path)], ["play", str(path), "--episodes", "1"]):
+        result = runner.invoke(app, command)
+        assert_clean_outcome(result, command)
+        if command[0] == "play":  # a damaged file is never played
+            assert result.exit_code != 0 or isinstance(data, tuple)
+
+
+RESUME_CONFIG = """
+env: {id: InvertedPendulum-v5}
+algo_params: {hidden_sizes: [8, 8], num_epochs: 1, num_minibatches: 1}
+rollout_length: 16
+total_env_steps: 6160
+output_dir: OUT
+name: fixture
+"""
+
+
+@pytest.mark.usefixtures("ray_cluster")
+@given(data=st.data())
+@fuzz_settings(25)
+def test_resume_from_mutated_checkpoints_trains_or_refuses_in_one_line(
+    data, runner, tmp_path, ppo_checkpoint_payload, checkpoint_paths
+):
+    path, how, value = data.draw(checkpoint_mutations(checkpoint_paths))
+    checkpoint = save_payload(
+        tmp_path / "mutated.pt", mutate(ppo_checkpoint_payload, path, how, value)
+    )
+    config = tmp_path / "resume.yaml"
+    config.write_text(RESUME_CONFIG.replace("OUT", str(tmp_path / "out")))
+    command = ["train", str(config), "--quiet", "--resume", str(checkpoint)]
+    assert_clean_outcome(runner.invoke(app, command), command)
+
+
+# --- configs -------------------------------------------------------------------------------
+
+VALID_CONFIGS = [
+    yaml.safe_load((Path(__file__).parent.parent / "configs" / name).read_text())
+    for name in ("quickstart.yaml", "hopper_flash_sac_cpu.yaml")
+]
+
+
+@given(data=st.data())
+@fuzz_settings(150)
+def test_mutated_configs_are_validated_or_refused_in_one_line(data, runner, tmp_path):
+    document = data.draw(st.sampled_from(VALID_CONFIGS))
+    path, how, value = data.draw(
+        st.tuples(
+            st.sampled_from(key_paths(document)),
+            st.sampled_from(["replace", "replace", "delete", "wrap", "unknown key"]),
+            PLAIN_VALUES,
+        )
+    )
+    config = tmp_path / "mutated.yaml"
+    config.write_text(yaml.safe_dump(mutate(document, path, how, value)))
+    command = ["train", str(config), "--dry-run"]
+    assert_clean_outcome(runner.invoke(app, command), command)
+
+
+@given(text=st.text(max_size=200))
+@fuzz_settings(40)
+def test_arbitrary_text_as_a_config_is_refused_in_one_line(text, runner, tmp_path):
+    config = tmp_path / "text.yaml"
+    config.write_text(text)
+    command = ["train", str(config), "--dry-run"]
+    assert_clean_outcome(runner.invoke(app, command), command)
+
