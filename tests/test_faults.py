@@ -275,3 +275,22 @@ def test_memory_needs_add_up_and_name_the_largest():
     check_memory(needs, None)  # unknown: not checked
     with pytest.raises(ConfigError, match=r"needs 1.1 KiB of memory, 1.1 KiB is free: a alone"):
         check_memory(needs, 1099)
+
+
+def test_a_dead_evaluator_is_restarted_and_evaluations_go_on(tmp_path):
+    config = dying_config(
+        tmp_path,
+        "ppo",
+        "{at_step: 0}",
+        total=160 * 60,
+        extra="evaluation: {interval_env_steps: 320, episodes: 2}\n",
+    )
+    metrics = pathlib.Path(config.metrics_path)
+    thread, killed = kill_processes_when(rows_written(metrics, 2), "ray::PolicyEvaluator")
+    summary, _ = run(config)
+    thread.join()
+    assert killed
+    assert summary.rounds == 60 and summary.final_evaluation is not None
+    rows = read_metrics(config.metrics_path)
+    # Evaluations of weights after the kill came back from the restarted process.
+    assert any(row["eval_env_steps"] and int(row["eval_env_steps"]) > 320 * 3 for row in rows)

@@ -8,17 +8,23 @@ finish. The final evaluation at the end of a run waits.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from drlcli.actors.spec import ActorSpec
 from drlcli.checkpoint import Checkpoint
 from drlcli.config import Config
+from drlcli.errors import TrainingError
 from drlcli.evaluation import EvaluationResult
+from drlcli.runtime.ray_session import WorkerDied, actor_id_of, get_when_restarted
 from drlcli.runtime.ray_session import get_or_raise as _get
+from drlcli.runtime.restarts import restartable_actor_options
 
 
 class EvaluationRunner:
-    """One ``PolicyEvaluator`` in its own Ray actor.
+    """One ``PolicyEvaluator`` in its own Ray actor. It holds no state between evaluations:
+    when its process dies, Ray restarts it (as often as a rollout actor) and the evaluation is
+    redone.
 
     Args:
         config: the run (its ``evaluation`` section and its environment).
@@ -36,11 +42,14 @@ class EvaluationRunner:
         from drlcli.evaluation import PolicyEvaluator
 
         self.interval = config.evaluation.interval_env_steps
+        self.max_restarts = config.max_rollout_actor_restarts
+        self.restarts = 0
         self.worker = (
             ray.remote(PolicyEvaluator)
-            .options(**resources)
+            .options(**resources, **restartable_actor_options(self.max_restarts))
             .remote(config.env, spec, config.evaluation.episodes)
         )
+        self.roles = {actor_id_of(self.worker): "the evaluator"}
         self.pending: tuple[Any, Checkpoint] | None = None
         self.next_due = self._after(env_steps)
 
@@ -71,11 +80,25 @@ class EvaluationRunner:
         if not wait and not ray.wait([ref], timeout=0)[0]:
             return None
         self.pending = None
-        return _get(ref), checkpoint
+        return self._result(ref, checkpoint), checkpoint
 
     def evaluate_now(self, checkpoint: Checkpoint) -> EvaluationResult:
         """Evaluate and wait (the final policy)."""
-        return _get(self._evaluate(checkpoint))
+        return self._result(self._evaluate(checkpoint), checkpoint)
+
+    def _result(self, ref: Any, checkpoint: Checkpoint) -> EvaluationResult:
+        try:
+            return _get(ref, self.roles)
+        except WorkerDied as death:
+            if death.init_failed:
+                raise
+            self.restarts += 1
+            if self.restarts > self.max_restarts:
+                raise TrainingError(
+                    f"the evaluator died {self.restarts} times, more than "
+                    f"max_rollout_actor_restarts: {self.max_restarts} ({death.reason})"
+                ) from None
+            return get_when_restarted(partial(self._evaluate, checkpoint), self.roles)
 
     def _evaluate(self, checkpoint: Checkpoint) -> Any:
         return self.worker.evaluate.remote(

@@ -389,6 +389,7 @@ def _run(
                 try:
                     stats, learner_metrics = loop.run_round(round_index, fraction_done)
                     obs_rms_state, learner_states = loop.checkpoint_parts()
+                    evaluated = evaluator.collect() if evaluator.periodic else None
                 except TrainingError as error:
                     raise _failed_round(error, round_index + 1, config) from None
                 _check_finite(learner_states, round_index + 1, config)
@@ -399,7 +400,6 @@ def _run(
                 row = _metrics_row(
                     progress, stats, learner_metrics, steps_per_round / (now - round_started)
                 )
-                evaluated = evaluator.collect() if evaluator.periodic else None
                 if evaluated is not None:
                     row.update(evaluated[0].metrics())
                 try:  # a full disk, say: the previous checkpoint stays intact
