@@ -452,3 +452,21 @@ def test_the_collector_drops_the_transitions_of_a_restarted_stepper():
     collector.run(3)
     assert collector.transitions == 10 and len(collector.replay) == 10  # 12 stepped, 2 lost
     np.testing.assert_array_equal(collector.dones[2:], [False, False])
+
+
+def test_replays_for_another_learner_count_pool_in_collection_order_and_deal_out():
+    from drlcli.algos.flash_sac.resume import replays_for
+
+    def buffer(values):
+        rows = np.asarray(values, dtype=np.float32)
+        return {"obs": rows[:, None], "rew": rows}
+
+    old = [buffer([1, 2, 3, 4]), buffer([10, 20])]
+    assert replays_for(old, 2) == old  # the same count: unchanged
+    (merged,) = replays_for(old, 1)
+    # Each buffer's rows spread over the run: 1 and 10 are the oldest, 4 and 20 the newest.
+    np.testing.assert_array_equal(merged["rew"], [1, 2, 10, 3, 4, 20])
+    first, second = replays_for([merged], 2)
+    np.testing.assert_array_equal(first["rew"], [1, 10, 4])
+    np.testing.assert_array_equal(second["rew"], [2, 3, 20])
+    np.testing.assert_array_equal(first["obs"][:, 0], first["rew"])

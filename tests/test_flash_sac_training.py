@@ -158,3 +158,59 @@ def test_with_two_learners_every_learner_trains_and_reports_the_aux_loss(flash_c
     assert len(states) == 2
     for name, tensor in states[0]["actor"].items():
         assert torch.equal(tensor, states[1]["actor"][name]), name
+
+
+TWO_LEARNERS = "num_actors: 2\nnum_gpus: 2\nactors_per_gpu: 1\nlearners_on_cpu: true\n"
+ONE_LEARNER = "num_actors: 2\n"
+SAVE_REPLAY = "  save_replay_buffer: true\n"
+
+
+@pytest.mark.parametrize(
+    ("before", "after"), [(ONE_LEARNER, TWO_LEARNERS), (TWO_LEARNERS, ONE_LEARNER)]
+)
+def test_resume_under_another_learner_count_keeps_the_runs_totals(flash_config, before, after):
+    """Method.md: the mean of the stored networks, learner 0's optimisers, the totals shared
+    out; the replay buffers pooled and dealt out, none dropped or duplicated."""
+    import numpy as np
+
+    from drlcli.runtime.training import replay_path
+
+    config = load_config(flash_config("switch", total=320, extra=SAVE_REPLAY + before))
+    run(flash_config("switch", total=320, extra=SAVE_REPLAY + before))
+    stored = load_payload(config.checkpoint_path)["learner_states"]
+    with np.load(replay_path(config.checkpoint_path), allow_pickle=False) as data:
+        stored_rows = sorted(
+            map(
+                tuple,
+                np.concatenate(
+                    [data[k] for k in sorted(data.files) if k.split("_", 1)[1] == "obs"]
+                ).tolist(),
+            )
+        )
+
+    from drlcli.algos.flash_sac.resume import learner_states_for
+
+    count = 2 if after is TWO_LEARNERS else 1
+    shared = learner_states_for(stored, count)
+    for total in ("transitions", "updates"):  # shared out, up to rounding
+        assert abs(sum(s[total] for s in shared) - sum(s[total] for s in stored)) < count
+    scaler_count = sum(s["return_scaler"]["count"] for s in stored)
+    assert all(s["return_scaler"]["count"] == scaler_count for s in shared)
+    mean_head = torch.stack([s["critic"]["head.weight"] for s in stored]).mean(0)
+    assert all(torch.equal(s["critic"]["head.weight"], mean_head) for s in shared)
+
+    summary = run(
+        flash_config("switch", total=480, extra=SAVE_REPLAY + after),
+        resume=config.checkpoint_path,
+        resume_replay=True,
+    )
+    assert summary.env_steps == 480
+    rows = read_metrics(config.metrics_path)
+    assert [int(r["env_steps"]) for r in rows] == [160, 320, 480]
+    # The refilled buffers hold every stored transition once, plus the new round's.
+    assert float(rows[2]["buffer_size"]) == 320 + 160
+    with np.load(replay_path(config.checkpoint_path), allow_pickle=False) as data:
+        files = sorted(k for k in data.files if k.split("_", 1)[1] == "obs")
+        assert len(files) == count
+        rows_now = sorted(map(tuple, np.concatenate([data[k] for k in files]).tolist()))
+    assert set(stored_rows) <= set(rows_now) and len(rows_now) == 480

@@ -159,9 +159,7 @@ def test_mutated_checkpoints_are_exported_or_refused_in_one_line(
     )
 )
 @fuzz_settings(40)
-def test_random_and_flipped_bytes_are_refused_in_one_line(
-    data, runner, tmp_path, checkpoint_file
-):
+def test_random_and_flipped_bytes_are_refused_in_one_line(data, runner, tmp_path, checkpoint_file):
     path = tmp_path / "bytes.pt"
     if isinstance(data, bytes):
         path.write_bytes(data)
@@ -235,4 +233,3 @@ def test_arbitrary_text_as_a_config_is_refused_in_one_line(text, runner, tmp_pat
     config.write_text(text)
     command = ["train", str(config), "--dry-run"]
     assert_clean_outcome(runner.invoke(app, command), command)
-

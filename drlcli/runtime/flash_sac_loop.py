@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from drlcli.algos.flash_sac.resume import learner_states_for, replays_for
 from drlcli.atomic import atomic_output
 from drlcli.checkpoint import Checkpoint
 from drlcli.config import Config
@@ -81,8 +82,7 @@ class FlashSACRoundLoop:
         self.roles = {actor_id_of(self.parameter_server): "the parameter server"}
         self.roles |= {actor_id_of(w): f"learner {i}" for i, w in enumerate(self.workers)}
         if stored is not None:
-            states = stored.learner_states
-            states = [states[i % len(states)] for i in range(len(self.workers))]
+            states = learner_states_for(stored.learner_states, len(self.workers))
             loads = [w.load_state_dict.remote(s) for w, s in zip(self.workers, states, strict=True)]
             _get(loads, self.roles)
         else:
@@ -124,7 +124,9 @@ class FlashSACRoundLoop:
         """Refill the replay buffers from ``save_replay``'s file (no pickles are read)."""
         try:
             with np.load(path, allow_pickle=False) as data:
-                stored = sorted({key.split("_", 1)[0] for key in data.files})
+                learners = {key.split("_", 1)[0] for key in data.files}
+                # learner10 after learner2: by number, not as text
+                stored = sorted(learners, key=lambda name: int(name.removeprefix("learner")))
                 buffers = [
                     {
                         key.split("_", 1)[1]: data[key]
@@ -133,17 +135,13 @@ class FlashSACRoundLoop:
                     }
                     for p in stored
                 ]
-        except (OSError, ValueError) as error:
+        except (OSError, ValueError) as error:  # int(): a key drl did not write
             raise CheckpointError(f"{path}: not a readable replay buffer file ({error})") from error
         if not buffers:
             raise CheckpointError(f"{path}: the replay buffer file holds no learner")
-        _get(
-            [
-                worker.load_replay_arrays.remote(buffers[index % len(buffers)])
-                for index, worker in enumerate(self.workers)
-            ],
-            self.roles,
-        )
+        shares = replays_for(buffers, len(self.workers))
+        loads = [w.load_replay_arrays.remote(b) for w, b in zip(self.workers, shares, strict=True)]
+        _get(loads, self.roles)
 
     def close(self) -> None:
         import ray
