@@ -211,3 +211,46 @@ def test_a_non_finite_environment_stops_training_naming_the_round_and_keeps_the_
     assert kept.progress.round == 2
     assert all(torch.isfinite(t).all() for t in kept.actor.values() if t.is_floating_point())
     assert len(read_metrics(config.metrics_path)) == 2
+
+
+TWO_LEARNERS = "num_actors: 2\nnum_gpus: 2\nactors_per_gpu: 1\nlearners_on_cpu: true\n"
+
+
+@pytest.mark.parametrize(("before", "after"), [("", TWO_LEARNERS), (TWO_LEARNERS, "")])
+def test_resume_under_another_learner_count_starts_from_the_mean_and_learner_0s_optimiser(
+    tiny_config, before, after
+):
+    """Method.md: with another learner count every learner starts from the mean of the stored
+    networks and learner 0's optimiser; training then continues to the budget."""
+    import ray
+
+    from drlcli.algos.ppo.algorithm import gaussian_actor_spec
+    from drlcli.checkpoint import read_checkpoint
+    from drlcli.envs import env_facts, make_env
+
+    config = load_config(tiny_config("count", extra=before))
+    run(tiny_config("count", extra=before))
+    stored = read_checkpoint(config.checkpoint_path)
+    resumed = load_config(tiny_config("count", total=1024, extra=after))
+    topology = topology_for_config(resumed, NO_GPU)
+    facts = env_facts(make_env(resumed.env.id))
+    spec = gaussian_actor_spec(resumed.algo_params, facts.action_low, facts.action_high)
+    loop = PPORoundLoop(resumed, topology, spec, facts, stored)
+    try:
+        states = ray.get([learner.state_dict.remote() for learner in loop.learners])
+    finally:
+        loop.close()
+    assert len(states) == topology.num_learners == (2 if after else 1)
+    for part in ("actor", "value"):
+        for name in stored.learner_states[0][part]:
+            mean = torch.stack([s[part][name] for s in stored.learner_states]).mean(0)
+            for state in states:
+                torch.testing.assert_close(state[part][name], mean, rtol=0, atol=1e-7)
+    first_moment = stored.learner_states[0]["optimizer"]["state"][0]["exp_avg"]
+    for state in states:
+        assert torch.equal(state["optimizer"]["state"][0]["exp_avg"], first_moment)
+
+    summary = run(tiny_config("count", total=1024, extra=after), resume=config.checkpoint_path)
+    assert summary.env_steps == 1024
+    steps = [int(row["env_steps"]) for row in read_metrics(config.metrics_path)]
+    assert steps == sorted(steps) and steps[-1] == 1024
