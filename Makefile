@@ -28,7 +28,7 @@ $(PAGE): web/package.json web/package-lock.json web/build.mjs $(wildcard web/src
 	fi
 
 demo: setup
-	$(BIN)/drl train configs/quickstart.yaml
+	$(BIN)/drl train quickstart
 
 test: setup
 	$(BIN)/python -m pytest

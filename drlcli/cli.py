@@ -83,7 +83,12 @@ def _root(
 
 @app.command()
 def train(
-    config_path: Annotated[Path, typer.Argument(metavar="CONFIG", help="YAML training config.")],
+    config_path: Annotated[
+        Path,
+        typer.Argument(
+            metavar="CONFIG", help="YAML training config, or a preset name (drl presets)."
+        ),
+    ],
     dry_run: Annotated[
         bool,
         typer.Option(
@@ -129,7 +134,7 @@ def train(
         from drlcli.config import load_config
         from drlcli.report import render_dry_run
 
-        config = load_config(config_path)
+        config = load_config(_config_or_preset(config_path))
         if dry_run:
             render_dry_run(config, stdout)
             return
@@ -165,6 +170,79 @@ def train(
         finally:
             if server is not None:
                 server.shutdown()
+
+    _run(body)
+
+
+def _config_or_preset(path: Path) -> Path:
+    """``path`` when the file exists, else the shipped preset of that name (said on stderr)."""
+    if path.exists():
+        return path
+    from drlcli.errors import ConfigError
+    from drlcli.preset_catalog import find_preset, preset_names
+
+    preset = find_preset(str(path))
+    if preset is None:
+        raise ConfigError(
+            f"{path}: config file not found, nor a preset of that name ({preset_names()})"
+        )
+    stderr.print(escape(f"using preset {preset.name} ({preset.path})"), highlight=False)
+    return preset.path
+
+
+presets_app = typer.Typer(
+    help="The shipped presets: list them, or print one to start a config from.",
+    invoke_without_command=True,
+    no_args_is_help=False,
+)
+app.add_typer(presets_app, name="presets")
+
+
+@presets_app.callback()
+def presets(context: typer.Context) -> None:
+    """List the presets: task, algorithm, budget, and the result measured with each."""
+    if context.invoked_subcommand is not None:
+        return
+
+    def body() -> None:
+        from rich.table import Table
+
+        from drlcli.preset_catalog import available_presets
+
+        table = Table(title="presets (drl train NAME; drl presets show NAME)", header_style="bold")
+        table.add_column("name", no_wrap=True)
+        table.add_column("task")
+        table.add_column("algo")
+        table.add_column("env steps", justify="right")
+        table.add_column("measured on two CPU cores (deterministic evaluation)")
+        for preset in available_presets():
+            config = preset.config()
+            table.add_row(
+                preset.name,
+                escape(config.env.id),
+                config.algo,
+                f"{config.total_env_steps:,}",
+                escape(preset.measured or "-"),
+            )
+        stdout.print(table)
+
+    _run(body)
+
+
+@presets_app.command("show")
+def presets_show(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="A preset name (drl presets).")],
+) -> None:
+    """Print a preset's YAML, to start a config from: drl presets show hopper_ppo > my.yaml"""
+
+    def body() -> None:
+        from drlcli.errors import UsageError
+        from drlcli.preset_catalog import find_preset, preset_names
+
+        preset = find_preset(name)
+        if preset is None:
+            raise UsageError(f"no preset {name!r}; the presets are: {preset_names()}")
+        sys.stdout.write(preset.text)
 
     _run(body)
 
