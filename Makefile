@@ -11,12 +11,13 @@ export MUJOCO_GL ?= egl
 
 setup: $(VENV)/.installed $(PAGE)
 
-$(VENV)/.installed: pyproject.toml examples/twin_encoder_actor/pyproject.toml
+# constraints.txt pins the tested versions (torch==2.13.0 among them); pyproject.toml has ranges.
+$(VENV)/.installed: pyproject.toml constraints.txt examples/twin_encoder_actor/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
 	# The downstream-package example: the tests train it through Ray.
-	$(BIN)/python -m pip install --quiet -e examples/twin_encoder_actor
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e examples/twin_encoder_actor
 	touch $@
 
 # The dashboard page (web/, npm): built into the package; without npm the JSON API still works.

@@ -61,6 +61,39 @@ AllowBuilderOption = Annotated[
 ]
 
 
+# Examples under each command's --help: (command line, what it does); the README shows the same
+# command lines.
+EXAMPLES: dict[str, list[tuple[str, str]]] = {
+    "train": [
+        ("drl train hopper_ppo", "a preset (drl presets), local Ray on this machine"),
+        ("drl train my.yaml", "your config (drl presets show hopper_ppo > my.yaml)"),
+        ("drl train hopper_ppo --quiet", "one plain log line per round"),
+        ("drl train hopper_ppo --dry-run", "validate, show spaces and topology; start nothing"),
+        ("drl train hopper_ppo --address HOST:6379", "join a Ray cluster (or RAY_ADDRESS)"),
+        ("drl train hopper_ppo --resume output/model_hopper_ppo.pt", "continue a run"),
+    ],
+    "play": [
+        ("drl play output/model_quickstart.pt", "5 deterministic episodes, table of returns"),
+        ("drl play output/model_quickstart.pt --episodes 10 --seed 3 --stochastic", ""),
+        ("drl play output/model_quickstart.pt --render", "MuJoCo viewer, real-time pace"),
+        ("drl play output/model_quickstart.pt --video run.mp4 --width 640 --height 480", ""),
+    ],
+    "export": [("drl export output/model_quickstart.pt policy.onnx", "ONNX, parity-checked")],
+    "verify": [("drl verify output/model_quickstart.pt", "audit; --json for machines")],
+    "dashboard": [
+        ("drl dashboard", "every run under output/, at http://127.0.0.1:6007/"),
+        ("drl dashboard runs/ other/ --port 8080", ""),
+        ("drl train hopper_ppo --dashboard", "the same page beside a training run"),
+    ],
+}
+
+
+def _examples(command: str) -> str:
+    """The ``--help`` epilog of a command: its examples, one paragraph each."""
+    lines = [f"{line}    # {what}" if what else line for line, what in EXAMPLES[command]]
+    return "Examples:\n\n" + "\n\n".join(lines)
+
+
 def _version_callback(value: bool) -> None:
     if value:
         stdout.print(f"drl {__version__}")
@@ -81,7 +114,7 @@ def _root(
     _state["debug"] = debug
 
 
-@app.command()
+@app.command(epilog=_examples("train"))
 def train(
     config_path: Annotated[
         Path,
@@ -247,7 +280,7 @@ def presets_show(
     _run(body)
 
 
-@app.command()
+@app.command(epilog=_examples("play"))
 def play(
     checkpoint: Annotated[Path, typer.Argument(metavar="CKPT", help="Checkpoint to run.")],
     episodes: Annotated[int, typer.Option("--episodes", min=1, help="Episodes to run.")] = 5,
@@ -311,7 +344,7 @@ def play(
     _run(body)
 
 
-@app.command()
+@app.command(epilog=_examples("export"))
 def export(
     checkpoint: Annotated[Path, typer.Argument(metavar="CKPT", help="Checkpoint to export.")],
     output: Annotated[Path, typer.Argument(metavar="OUT.onnx", help="ONNX file to write.")],
@@ -335,7 +368,7 @@ def export(
     _run(body)
 
 
-@app.command()
+@app.command(epilog=_examples("verify"))
 def verify(
     checkpoint: Annotated[Path, typer.Argument(metavar="CKPT", help="Checkpoint to audit.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
@@ -365,7 +398,7 @@ def verify(
     _run(body)
 
 
-@app.command()
+@app.command(epilog=_examples("dashboard"))
 def dashboard(
     folders: Annotated[
         list[Path] | None,
@@ -403,6 +436,36 @@ def dashboard(
             stderr.print("dashboard stopped")
         finally:
             server.shutdown()
+
+    _run(body)
+
+
+@app.command()
+def doctor() -> None:
+    """Check this machine for drl: versions, CUDA, MuJoCo rendering backends, the Ray cluster at
+    RAY_ADDRESS. One line per problem with its fix; exit 1 if drl train or drl play --video
+    would fail here."""
+
+    def body() -> None:
+        from rich.table import Table
+
+        from drlcli.doctor import diagnose
+
+        diagnosis = diagnose()
+        table = Table(title="drl doctor", show_header=False)
+        table.add_column("what", style="bold")
+        table.add_column("finding")
+        for what, finding in diagnosis.facts:
+            table.add_row(escape(what), escape(finding))
+        stdout.print(table)
+        for problem in diagnosis.problems:
+            stderr.print(
+                f"[bold red]problem:[/] {escape(problem)}", highlight=False, soft_wrap=True
+            )
+        if diagnosis.blocking:
+            raise typer.Exit(1)
+        if not diagnosis.problems:
+            stdout.print("no problem found: drl train and drl play --video can run here")
 
     _run(body)
 

@@ -144,3 +144,16 @@ def test_dashboard_refuses_a_missing_folder(tmp_path):
     result = runner.invoke(app, ["dashboard", str(tmp_path / "nowhere"), "--port", "0"])
     assert result.exit_code == 2
     assert "not a folder" in result.output
+
+
+@pytest.mark.parametrize("command", ["train", "play", "export", "verify", "dashboard"])
+def test_help_shows_examples_that_the_readme_shows_too(command):
+    from drlcli.cli import EXAMPLES
+
+    result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    assert "Examples:" in result.stdout
+    readme = (REPO_ROOT / "README.md").read_text()
+    for line, _ in EXAMPLES[command]:
+        assert line in result.stdout
+        assert f"    {line}" in readme, f"README lacks the example {line!r}"

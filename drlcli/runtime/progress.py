@@ -109,9 +109,9 @@ class TrainingProgress:
         )
 
     def summary(self, summary: Any) -> None:
-        table = Table(title="training finished", header_style="bold")
-        table.add_column("")
-        table.add_column("")
+        table = Table(title="training finished", show_header=False)
+        table.add_column("what", style="bold")
+        table.add_column("value")
         table.add_row("rounds", str(summary.rounds))
         table.add_row("env steps", str(summary.env_steps))
         table.add_row("wall time", f"{summary.wall_time_s:.1f} s")
