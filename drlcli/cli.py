@@ -305,6 +305,14 @@ def play(
         str | None,
         typer.Option("--env", metavar="ID", help="Run in another env with identical spaces."),
     ] = None,
+    camera: Annotated[
+        str,
+        typer.Option(
+            "--camera",
+            metavar="VIEW",
+            help="follow: track the robot; fixed: a still view; or a camera NAME of the model.",
+        ),
+    ] = "follow",
     allow_builder: AllowBuilderOption = None,
 ) -> None:
     """Run a trained policy: print episode returns, show it, or record a video.
@@ -325,13 +333,13 @@ def play(
         deterministic = not stochastic
         if video is not None:
             results, frames = record_video(
-                policy, video, episodes, seed, deterministic, width, height, fps
+                policy, video, episodes, seed, deterministic, width, height, fps, camera
             )
             stderr.print(
                 escape(f"wrote {video} ({frames} frames, {width}x{height})"), highlight=False
             )
         elif render:
-            results = play_in_window(policy, episodes, seed, deterministic)
+            results = play_in_window(policy, episodes, seed, deterministic, camera)
         else:
             results = run_episodes(policy, episodes, seed, deterministic)
         mode = "deterministic transform(mean)" if deterministic else "stochastic explore"

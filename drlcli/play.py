@@ -26,6 +26,9 @@ from drlcli.envs import EnvFacts, env_facts, make_env
 from drlcli.errors import CheckpointError, SemanticsError, UsageError
 from drlcli.normalization import RmsState, normalize_observation
 
+# The views of --camera besides a model camera's name (view_from).
+CAMERA_FOLLOW, CAMERA_FIXED = "follow", "fixed"
+
 
 @dataclass
 class FrozenPolicy:
@@ -79,6 +82,49 @@ class PlayPolicy(FrozenPolicy):
             max_episode_steps=self.max_episode_steps,
             **{**self.env_kwargs, **overrides},
         )
+
+    def make_render_env(self, render_mode: str, camera: str = CAMERA_FOLLOW, **overrides: Any):
+        """The environment with a render mode and the view ``camera`` names (``view_from``)."""
+        model_camera = {} if camera in (CAMERA_FOLLOW, CAMERA_FIXED) else {"camera_name": camera}
+        env = self.make_env(render_mode=render_mode, **model_camera, **overrides)
+        try:
+            view_from(env, camera)
+        except BaseException:
+            env.close()
+            raise
+        return env
+
+
+def view_from(env: Any, camera: str) -> None:
+    """Set the view of a MuJoCo env before its first frame.
+
+    ``follow``: its free camera tracks the body its camera settings name (``trackbodyid``), or
+    the root body, with their distance and angles (Gymnasium sets those but leaves the camera
+    free, so a hopper leaves the frame within seconds). ``fixed``: Gymnasium's free camera, in
+    place. Any other value names a camera of the model (``make_render_env`` passes it on);
+    refused with the model's camera names when there is none of that name.
+    """
+    import mujoco
+
+    renderer = getattr(env.unwrapped, "mujoco_renderer", None)
+    if renderer is None:  # not a MuJoCo task: it renders its own way
+        return
+    model = env.unwrapped.model
+    if camera not in (CAMERA_FOLLOW, CAMERA_FIXED):
+        if mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, camera) < 0:
+            names = [model.camera(i).name for i in range(model.ncam)]
+            raise UsageError(
+                f"--camera {camera}: the model has no such camera; use follow, fixed"
+                + (f" or one of {', '.join(names)}" if names else " (it has no cameras)")
+            )
+        return
+    if camera == CAMERA_FOLLOW:
+        config = dict(renderer.default_cam_config or {})
+        body = int(config.get("trackbodyid", 0) or 0)
+        config["trackbodyid"] = body if 0 < body < model.nbody else 1  # 1: the root body
+        config["type"] = mujoco.mjtCamera.mjCAMERA_TRACKING
+        renderer.default_cam_config = config  # applied when the viewer is made, at frame one
+        renderer.camera_id = None  # -1 would reset the camera to free at every frame
 
 
 def load_play_actor(
@@ -208,14 +254,21 @@ def has_display() -> bool:
     return True
 
 
-def play_in_window(policy: PlayPolicy, episodes: int, seed: int, deterministic: bool) -> list:
-    """Run episodes in the MuJoCo viewer at real-time pace (the env's render_fps)."""
+def play_in_window(
+    policy: PlayPolicy,
+    episodes: int,
+    seed: int,
+    deterministic: bool,
+    camera: str = CAMERA_FOLLOW,
+) -> list:
+    """Run episodes in the MuJoCo viewer at real-time pace (the env's render_fps), viewed as
+    ``camera`` says (``view_from``)."""
     if not has_display():
         raise UsageError(
             "--render needs a display and none was found (no DISPLAY or WAYLAND_DISPLAY); "
             "record a video instead with --video out.mp4"
         )
-    env = policy.make_env(render_mode="human")
+    env = policy.make_render_env("human", camera)
     step_seconds = getattr(env.unwrapped, "dt", None) or 1.0 / env.metadata.get("render_fps", 30)
     try:
         return run_episodes(
@@ -252,8 +305,10 @@ def record_video(
     width: int = 640,
     height: int = 480,
     fps: int | None = None,
+    camera: str = CAMERA_FOLLOW,
 ) -> tuple[list[EpisodeResult], int]:
-    """Render offscreen and write an MP4 (H.264 via imageio-ffmpeg).
+    """Render offscreen and write an MP4 (H.264 via imageio-ffmpeg), viewed as ``camera`` says
+    (``view_from``).
 
     Frames are written to a temporary file beside ``path`` that replaces it only when every
     episode has been recorded, so a failure never leaves a truncated video. Returns the episode
@@ -271,7 +326,7 @@ def record_video(
         raise UsageError(f"--video {path}: use a .mp4 (or .mov/.mkv) file name")
     if width <= 0 or height <= 0 or width % 2 or height % 2:
         raise UsageError(f"--width/--height must be positive even numbers, got {width}x{height}")
-    env = policy.make_env(render_mode="rgb_array", width=width, height=height)
+    env = policy.make_render_env("rgb_array", camera, width=width, height=height)
     fps = fps or int(env.metadata.get("render_fps", 30))
     frames = 0
     with atomic_output(path) as temp:

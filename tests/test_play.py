@@ -290,3 +290,55 @@ def test_a_file_that_would_run_code_is_named_as_such(tmp_path):
         message = str(error.value)
         assert "would call posix.system" in message or "would call nt.system" in message
         assert "truncated or corrupt" not in message and "will likely succeed" not in message
+
+
+def robot_pixels(env) -> int:
+    """Pixels of the frame that change when the robot's geoms are hidden: the robot's."""
+    model = env.unwrapped.model
+    shown = env.render().astype(int)
+    alpha = model.geom_rgba[:, 3].copy()
+    model.geom_rgba[model.geom_bodyid > 0, 3] = 0.0  # body 0 (the world) holds the floor
+    hidden = env.render().astype(int)
+    model.geom_rgba[:, 3] = alpha
+    return int((np.abs(shown - hidden).sum(axis=-1) > 30).sum())
+
+
+@pytest.mark.parametrize(("camera", "in_frame"), [("follow", True), ("fixed", False)])
+def test_the_default_view_follows_the_robot_to_the_end_of_a_long_run(camera, in_frame):
+    """A hopper 30 m from its start (a good policy's 1000-step episode) is still in the frame
+    with the default view; Gymnasium's free camera, kept by ``fixed``, shows an empty floor."""
+    import mujoco
+
+    from drlcli.envs import make_env
+    from drlcli.play import view_from
+
+    env = make_env("Hopper-v5", render_mode="rgb_array", width=96, height=96)
+    try:
+        view_from(env, camera)
+        env.reset(seed=0)
+        assert robot_pixels(env) > 100  # at the start, both views show it
+        env.unwrapped.data.qpos[0] = 30.0  # rootx: 30 m along the floor
+        mujoco.mj_forward(env.unwrapped.model, env.unwrapped.data)
+        assert (robot_pixels(env) > 100) is in_frame
+    finally:
+        env.close()
+
+
+def test_a_model_camera_is_used_by_name_and_an_unknown_one_is_refused(checkpoint_file, tmp_path):
+    from drlcli.envs import make_env
+    from drlcli.play import view_from
+
+    env = make_env("Hopper-v5", render_mode="rgb_array", camera_name="track")
+    try:
+        view_from(env, "track")  # Hopper's model camera: accepted, the env renders from it
+        with pytest.raises(UsageError, match=r"--camera top: .* use follow, fixed or one of track"):
+            view_from(env, "top")
+    finally:
+        env.close()
+    result = CliRunner().invoke(
+        app,
+        ["play", str(checkpoint_file()), "--video", str(tmp_path / "v.mp4"), "--camera", "top"],
+    )
+    assert result.exit_code == 2
+    assert "the model has no such camera; use follow, fixed (it has no cameras)" in result.stderr
+    assert not (tmp_path / "v.mp4").exists()
