@@ -102,7 +102,8 @@ def test_restart_counter_counts_deaths_and_replaced_processes_up_to_the_limit():
 
 
 def kill_processes_when(ready, title_prefix, timeout_s=60.0):
-    """Start a thread that, once ``ready()``, SIGKILLs every process whose title (Ray names
+    """Start a thread that, once ``ready()``, SIGKILLs every process of this test session's Ray
+    (descendants of this process: never another Ray's on the machine) whose title (Ray names
     actor processes ``ray::ClassName...``) starts with ``title_prefix``; returns the thread and
     the list it fills with the killed PIDs."""
     killed: list[int] = []
@@ -111,12 +112,12 @@ def kill_processes_when(ready, title_prefix, timeout_s=60.0):
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and not ready():
             time.sleep(0.02)
-        for process in psutil.process_iter(["pid", "cmdline"]):
-            cmdline = process.info["cmdline"] or []
-            if cmdline and cmdline[0].startswith(title_prefix):
-                with contextlib.suppress(psutil.Error):
+        for process in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                cmdline = process.cmdline()
+                if cmdline and cmdline[0].startswith(title_prefix):
                     process.send_signal(signal.SIGKILL)
-                    killed.append(process.info["pid"])
+                    killed.append(process.pid)
 
     thread = threading.Thread(target=watch, daemon=True)
     thread.start()
