@@ -1,0 +1,140 @@
+"""A plain install: the wheel, installed into a fresh virtual environment with the tested
+versions (constraints.txt), run from an empty folder as a user would, with nothing of the
+repository on its path."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+PAGE = REPO_ROOT / "drlcli" / "dashboard" / "static" / "index.html"
+
+
+def run(command: list, cwd: Path, env: dict[str, str], timeout: float = 600) -> str:
+    done = subprocess.run(
+        [str(part) for part in command],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, f"{command}: {done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    """(the venv's bin folder, the environment to run it with)."""
+    root = tmp_path_factory.mktemp("install")
+    build_env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            root / "dist",
+            REPO_ROOT,
+        ],
+        cwd=root,
+        env=build_env,
+    )
+    (wheel,) = (root / "dist").glob("drlcli-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert "drlcli/presets/hopper_ppo.yaml" in names
+    assert ("drlcli/dashboard/static/index.html" in names) == PAGE.exists()
+    venv = root / "venv"
+    run([sys.executable, "-m", "venv", venv], cwd=root, env=build_env)
+    bin_folder = venv / "bin"
+    run(
+        [
+            bin_folder / "python",
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            wheel,
+            "-c",
+            REPO_ROOT / "constraints.txt",
+        ],
+        cwd=root,
+        env=build_env,
+        timeout=1200,
+    )
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("PYTHONPATH", "VIRTUAL_ENV", "RAY_ADDRESS")
+    }
+    env.update(
+        PATH=f"{bin_folder}{os.pathsep}{env.get('PATH', '')}",
+        RAY_AUTH_MODE="disabled",
+        RAY_USAGE_STATS_ENABLED="0",
+        MUJOCO_GL="egl",
+        COLUMNS="200",
+    )
+    return bin_folder, env
+
+
+def test_the_installed_drl_trains_plays_exports_and_verifies_a_preset(installed, tmp_path):
+    bin_folder, env = installed
+    drl = bin_folder / "drl"
+    found = run(
+        [bin_folder / "python", "-c", "import drlcli; print(drlcli.__file__)"], tmp_path, env
+    )
+    assert str(REPO_ROOT) not in found  # the installed package, not the repository
+    assert "quickstart" in run([drl, "presets"], tmp_path, env)
+    preset = run([drl, "presets", "show", "quickstart"], tmp_path, env)
+    short = preset.replace("total_env_steps: 40960", "total_env_steps: 2048")
+    assert short != preset
+    (tmp_path / "short.yaml").write_text(short)
+    run([drl, "train", "short.yaml", "--quiet"], tmp_path, env)
+    checkpoint = tmp_path / "output" / "model_short.pt"
+    run([drl, "verify", checkpoint], tmp_path, env)
+    assert "episode" in run([drl, "play", checkpoint, "--episodes", "1"], tmp_path, env)
+    run([drl, "export", checkpoint, tmp_path / "policy.onnx"], tmp_path, env)
+    assert (tmp_path / "policy.onnx").stat().st_size > 0
+    dry = run([drl, "train", "hopper_ppo", "--dry-run"], tmp_path, env)
+    assert "Hopper-v5" in dry
+
+
+@pytest.mark.skipif(not PAGE.exists(), reason="the dashboard page is not built (npm)")
+def test_the_installed_dashboard_serves_its_page_from_the_package(installed, tmp_path):
+    bin_folder, env = installed
+    (tmp_path / "output").mkdir()
+    port = 6100 + os.getpid() % 500
+    server = subprocess.Popen(
+        [bin_folder / "drl", "dashboard", "output", "--port", str(port)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as answer:
+                    page = answer.read().decode()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the dashboard did not answer"
+                time.sleep(0.2)
+        assert page == PAGE.read_text()
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
