@@ -470,3 +470,54 @@ def test_replays_for_another_learner_count_pool_in_collection_order_and_deal_out
     np.testing.assert_array_equal(first["rew"], [1, 10, 4])
     np.testing.assert_array_equal(second["rew"], [2, 3, 20])
     np.testing.assert_array_equal(first["obs"][:, 0], first["rew"])
+
+
+class EagerGraphs:
+    """Stands in for CudaGraphUpdates on CPU: the same calls, run eagerly."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def run(self, batch, with_actor):
+        return self.step(batch, with_actor)
+
+
+def test_with_cuda_graphs_the_optimisers_are_capturable_and_the_schedule_runs_through_a_tensor(
+    monkeypatch,
+):
+    """What a captured graph needs, checked on CPU with graphs forced on: capturable optimisers
+    whose learning rate is one tensor, filled in place as the cosine schedule moves (a graph
+    replays reads of that tensor), and updates equal to the eager learner's."""
+    import drlcli.algos.flash_sac.learner as learner_module
+
+    eager = make_learner()
+    monkeypatch.setattr(learner_module, "resolve_cuda_graph", lambda params, spec, device: True)
+    monkeypatch.setattr(learner_module, "CudaGraphUpdates", EagerGraphs)
+    graphed = make_learner()
+    optimizers = (
+        graphed.actor_optimizer,
+        graphed.critic_optimizer,
+        graphed.temperature_optimizer,
+    )
+    rates = [optimizer.param_groups[0]["lr"] for optimizer in optimizers]
+    assert all(optimizer.param_groups[0]["capturable"] for optimizer in optimizers)
+    assert all(isinstance(rate, torch.Tensor) for rate in rates)
+    assert not eager.actor_optimizer.param_groups[0]["capturable"]
+
+    params = graphed.params
+    for step in range(4):  # actor-and-critic and critic-only updates alternate
+        batch = random_batch(seed=step)
+        expected_rate = cosine_learning_rate(
+            params.learning_rate, params.learning_rate_end, step / graphed.total_updates
+        )
+        rng = torch.get_rng_state()  # both draw the same policy samples
+        graphed.update(batch)
+        torch.set_rng_state(rng)
+        eager.update(batch)
+        for optimizer, rate in zip(optimizers, rates, strict=True):
+            assert optimizer.param_groups[0]["lr"] is rate  # the same tensor, filled in place
+            assert rate.item() == pytest.approx(expected_rate, rel=1e-6)
+    for name, tensor in eager.critic.state_dict().items():
+        torch.testing.assert_close(graphed.critic.state_dict()[name], tensor, rtol=1e-5, atol=1e-6)
+    for name, tensor in eager.actor.state_dict().items():
+        torch.testing.assert_close(graphed.actor.state_dict()[name], tensor, rtol=1e-5, atol=1e-6)

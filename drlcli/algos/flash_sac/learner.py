@@ -44,6 +44,18 @@ def cosine_learning_rate(start: float, end: float, progress: float) -> float:
     return end + (start - end) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
+def adam(parameters: Any, learning_rate: float, graphed: bool) -> torch.optim.Adam:
+    """Adam for one of FlashSAC's networks, fused where the device has the kernel. Replayed in a
+    CUDA graph (``graphed``): capturable (its step counters stay on the device), and its
+    learning rate a device tensor that ``_set_learning_rates`` fills in place, which the graph
+    reads at every replay (a Python float would be frozen into the graph)."""
+    parameters = list(parameters)
+    device = parameters[0].device
+    rate = torch.tensor(learning_rate, device=device) if graphed else learning_rate
+    fused = True if device.type in ("cpu", "cuda") else None
+    return torch.optim.Adam(parameters, rate, fused=fused, capturable=graphed)
+
+
 class FlashSACLearner:
     """Owns ``learner.actor`` (the one policy instance), the critics, temperature, optimisers.
 
@@ -92,14 +104,10 @@ class FlashSACLearner:
         )
         action_range = (torch.as_tensor(action_high) - torch.as_tensor(action_low)).float() / 2
         self.target_entropy = target_entropy(action_dim, params.target_sigma, action_range)
-        fused = self.device.type in ("cpu", "cuda")
-        self.actor_optimizer = torch.optim.Adam(
-            self.actor.parameters(), params.learning_rate, fused=fused
-        )
-        self.critic_optimizer = torch.optim.Adam(
-            self.critic.parameters(), params.learning_rate, fused=fused
-        )
-        self.temperature_optimizer = torch.optim.Adam([self.log_temperature], params.learning_rate)
+        graphed = self.uses_cuda_graph
+        self.actor_optimizer = adam(self.actor.parameters(), params.learning_rate, graphed)
+        self.critic_optimizer = adam(self.critic.parameters(), params.learning_rate, graphed)
+        self.temperature_optimizer = adam([self.log_temperature], params.learning_rate, graphed)
         self._graphs = CudaGraphUpdates(self._update_step) if self.uses_cuda_graph else None
         self.total_updates = max(int(total_updates), 1)
         self.updates = 0
