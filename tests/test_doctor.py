@@ -36,9 +36,7 @@ def test_with_every_backend_forced_off_video_is_reported_broken_with_the_fix(mon
 
 
 @pytest.mark.parametrize("chosen", ["osmesa", None])
-def test_a_chosen_backend_that_fails_while_another_works_names_the_one_to_set(
-    monkeypatch, chosen
-):
+def test_a_chosen_backend_that_fails_while_another_works_names_the_one_to_set(monkeypatch, chosen):
     monkeypatch.delenv("DISPLAY", raising=False)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     if chosen:
@@ -52,8 +50,7 @@ def test_a_chosen_backend_that_fails_while_another_works_names_the_one_to_set(
     broken = chosen or "egl"
     assert diagnosis.blocking
     assert diagnosis.problems == [
-        f"MUJOCO_GL={broken} does not render here, so drl play --video fails: set "
-        f"MUJOCO_GL={only}"
+        f"MUJOCO_GL={broken} does not render here, so drl play --video fails: set MUJOCO_GL={only}"
     ]
 
 

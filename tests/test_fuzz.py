@@ -122,15 +122,19 @@ def checkpoint_mutations(paths: list[tuple]):
     )
 
 
+def mutated_checkpoint(data, folder: Path, payload: dict, paths: list[tuple]) -> Path:
+    """A checkpoint file of ``payload`` with one drawn mutation. Re-hashed as it is saved: the
+    mutation must be caught by the checks, not by the content hash."""
+    path, how, value = data.draw(checkpoint_mutations(paths))
+    return save_payload(folder / "mutated.pt", mutate(payload, path, how, value))
+
+
 @given(data=st.data())
 @fuzz_settings(120)
 def test_mutated_checkpoints_are_verified_and_played_or_refused_in_one_line(
     data, runner, tmp_path, ppo_checkpoint_payload, checkpoint_paths
 ):
-    path, how, value = data.draw(checkpoint_mutations(checkpoint_paths))
-    payload = mutate(ppo_checkpoint_payload, path, how, value)
-    # Re-hashed as it is saved: the mutation must be caught by the checks, not by the hash.
-    checkpoint = save_payload(tmp_path / "mutated.pt", payload)
+    checkpoint = mutated_checkpoint(data, tmp_path, ppo_checkpoint_payload, checkpoint_paths)
     for command in (["verify", str(checkpoint)], ["play", str(checkpoint), "--episodes", "1"]):
         assert_clean_outcome(runner.invoke(app, command), command)
 
@@ -140,10 +144,7 @@ def test_mutated_checkpoints_are_verified_and_played_or_refused_in_one_line(
 def test_mutated_checkpoints_are_exported_or_refused_in_one_line(
     data, runner, tmp_path, ppo_checkpoint_payload, checkpoint_paths
 ):
-    path, how, value = data.draw(checkpoint_mutations(checkpoint_paths))
-    checkpoint = save_payload(
-        tmp_path / "mutated.pt", mutate(ppo_checkpoint_payload, path, how, value)
-    )
+    checkpoint = mutated_checkpoint(data, tmp_path, ppo_checkpoint_payload, checkpoint_paths)
     out = tmp_path / "policy.onnx"
     out.unlink(missing_ok=True)  # of an earlier example (tmp_path is shared by all)
     command = ["export", str(checkpoint), str(out)]
@@ -191,10 +192,7 @@ name: fixture
 def test_resume_from_mutated_checkpoints_trains_or_refuses_in_one_line(
     data, runner, tmp_path, ppo_checkpoint_payload, checkpoint_paths
 ):
-    path, how, value = data.draw(checkpoint_mutations(checkpoint_paths))
-    checkpoint = save_payload(
-        tmp_path / "mutated.pt", mutate(ppo_checkpoint_payload, path, how, value)
-    )
+    checkpoint = mutated_checkpoint(data, tmp_path, ppo_checkpoint_payload, checkpoint_paths)
     config = tmp_path / "resume.yaml"
     config.write_text(RESUME_CONFIG.replace("OUT", str(tmp_path / "out")))
     command = ["train", str(config), "--quiet", "--resume", str(checkpoint)]
