@@ -36,7 +36,14 @@ def run(command: list, cwd: Path, env: dict[str, str], timeout: float = 600) -> 
 def installed(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     """(the venv's bin folder, the environment to run it with)."""
     root = tmp_path_factory.mktemp("install")
-    build_env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    # Nothing of the repository on the path: with PYTHONPATH on it (the Ray fixture sets it),
+    # pip would find the repository's drlcli.egg-info and skip installing the wheel.
+    clean = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("PYTHONPATH", "VIRTUAL_ENV", "RAY_ADDRESS")
+    }
+    build_env = {**clean, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     run(
         [
             sys.executable,
@@ -75,11 +82,7 @@ def installed(tmp_path_factory) -> tuple[Path, dict[str, str]]:
         env=build_env,
         timeout=1200,
     )
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if key not in ("PYTHONPATH", "VIRTUAL_ENV", "RAY_ADDRESS")
-    }
+    env = dict(clean)
     env.update(
         PATH=f"{bin_folder}{os.pathsep}{env.get('PATH', '')}",
         RAY_AUTH_MODE="disabled",
