@@ -38,7 +38,11 @@ def ray_cluster():
     # The machine's real CPU count: topologies with more processes than CPUs must still run
     # (drl gives each process a share of a CPU), as they do on a small cluster.
     ray.init(
-        num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False, logging_level="ERROR"
+        address="local",  # never a cluster `ray start` left on this machine (test_cluster's)
+        num_cpus=os.cpu_count(),
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level="ERROR",
     )
     yield
     ray.shutdown()

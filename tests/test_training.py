@@ -159,7 +159,8 @@ def test_processes_share_the_cpus_of_a_cluster_that_has_too_few():
     crowded = process_resources(TrainingTopology(2, int(cpus), "cpu", 2))
     assert crowded.cpu_processes == 2 * int(cpus) + 2 + 1  # and the evaluator
     assert 0 < crowded.cpu_share <= cpus / crowded.cpu_processes
-    assert crowded.learner == crowded.rollout_actor == {"num_cpus": crowded.cpu_share}
+    assert crowded.learner == {"num_cpus": crowded.cpu_share}
+    assert crowded.rollout_actor == {"num_cpus": crowded.cpu_share, "scheduling_strategy": "SPREAD"}
     roomy = process_resources(TrainingTopology(1, 1, "cuda", 1))  # rollout actor, evaluator
     assert roomy.cpu_share == 1.0 and roomy.learner == {"num_gpus": 1.0}
 

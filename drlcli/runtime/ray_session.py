@@ -44,7 +44,9 @@ def ray_session(address: str | None, num_cpus: int) -> Iterator[None]:
     if address:
         ray.init(address=address, **options)
     else:
-        ray.init(num_cpus=num_cpus, **options)
+        # "local": a Ray of its own even where `ray start` left a cluster on this machine (Ray
+        # would join that one, and refuse num_cpus).
+        ray.init(address="local", num_cpus=num_cpus, **options)
     try:
         yield
     finally:
@@ -55,8 +57,8 @@ def ray_session(address: str | None, num_cpus: int) -> Iterator[None]:
 class ProcessResources:
     """Ray resource requests of a run's processes (``.options(**...)``)."""
 
-    learner: dict[str, float]
-    rollout_actor: dict[str, float]
+    learner: dict[str, Any]
+    rollout_actor: dict[str, Any]  # also the evaluator's
     cpu_share: float  # CPUs per CPU-bound process: 1, or less on a cluster with too few
     cpu_processes: int  # rollout actors, CPU learners and the evaluator
     cluster_cpus: float
@@ -65,8 +67,8 @@ class ProcessResources:
 def process_resources(topology: TrainingTopology) -> ProcessResources:
     """One GPU per CUDA learner; one CPU per rollout actor, per CPU learner and for the
     evaluator (its request is ``rollout_actor``'s), or an equal share of the cluster's CPUs when
-    it has fewer than that (whole-CPU requests would leave the surplus pending forever). Call
-    inside a Ray session."""
+    it has fewer than that (whole-CPU requests would leave the surplus pending forever); rollout
+    actors and the evaluator spread over the nodes. Call inside a Ray session."""
     import ray
 
     cuda = topology.learner_device == "cuda"
@@ -79,7 +81,8 @@ def process_resources(topology: TrainingTopology) -> ProcessResources:
     learner = {"num_gpus": 1.0} if cuda else {"num_cpus": share}
     return ProcessResources(
         learner=learner,
-        rollout_actor={"num_cpus": share},
+        # Spread over the cluster's nodes: every machine steps environments.
+        rollout_actor={"num_cpus": share, "scheduling_strategy": "SPREAD"},
         cpu_share=share,
         cpu_processes=cpu_processes,
         cluster_cpus=available,
