@@ -64,3 +64,12 @@ def test_train_takes_a_preset_name_when_no_such_file_exists(tmp_path, monkeypatc
     assert "hoper_ppo: config file not found, nor a preset of that name (ant_flash_sac" in (
         " ".join(result.stderr.split())
     )
+
+
+def test_every_preset_evaluates_periodically():
+    """Evaluation issue: on by default in the presets, so their best checkpoints are chosen by
+    deterministic evaluation."""
+    for preset in available_presets():
+        evaluation = preset.config().evaluation
+        assert evaluation.interval_env_steps is not None, preset.name
+        assert evaluation.interval_env_steps <= preset.config().total_env_steps, preset.name
