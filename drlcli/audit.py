@@ -96,12 +96,12 @@ def read_verified_checkpoint(path: str | Path) -> Checkpoint:
         CheckpointError: unreadable or corrupted, or naming the first failed check.
     """
     payload = load_payload(path)
-    if check_content_hash(payload) is False:
+    failed = [check for check in audit_checkpoint(path, payload).checks if check.status == FAIL]
+    if any(check.name == "content hash" for check in failed):
         raise corrupted_error(path)
     # The commonest faults first, with their own errors: fields, then the actor semantics.
     checkpoint = Checkpoint.from_payload(payload, source=str(path))
     validate_actor_semantics(checkpoint.actor_semantics, source=str(path))
-    failed = [check for check in audit_checkpoint(path, payload).checks if check.status == FAIL]
     if failed:
         others = len(failed) - 1
         more = f" (and {others} more check{'s' if others > 1 else ''})" if others else ""

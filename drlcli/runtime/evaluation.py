@@ -14,11 +14,10 @@ from typing import Any
 from drlcli.actors.spec import ActorSpec
 from drlcli.checkpoint import Checkpoint
 from drlcli.config import Config
-from drlcli.errors import TrainingError
 from drlcli.evaluation import EvaluationResult
 from drlcli.runtime.ray_session import WorkerDied, actor_id_of, get_when_restarted
 from drlcli.runtime.ray_session import get_or_raise as _get
-from drlcli.runtime.restarts import restartable_actor_options
+from drlcli.runtime.restarts import RestartCounter, restartable_actor_options
 
 
 class EvaluationRunner:
@@ -42,11 +41,10 @@ class EvaluationRunner:
         from drlcli.evaluation import PolicyEvaluator
 
         self.interval = config.evaluation.interval_env_steps
-        self.max_restarts = config.max_rollout_actor_restarts
-        self.restarts = 0
+        self.restarts = RestartCounter(config.max_rollout_actor_restarts, names=["the evaluator"])
         self.worker = (
             ray.remote(PolicyEvaluator)
-            .options(**resources, **restartable_actor_options(self.max_restarts))
+            .options(**resources, **restartable_actor_options(self.restarts.limit))
             .remote(config.env, spec, config.evaluation.episodes)
         )
         self.roles = {actor_id_of(self.worker): "the evaluator"}
@@ -92,12 +90,7 @@ class EvaluationRunner:
         except WorkerDied as death:
             if death.init_failed:
                 raise
-            self.restarts += 1
-            if self.restarts > self.max_restarts:
-                raise TrainingError(
-                    f"the evaluator died {self.restarts} times, more than "
-                    f"max_rollout_actor_restarts: {self.max_restarts} ({death.reason})"
-                ) from None
+            self.restarts.died(0, death.reason)
             return get_when_restarted(partial(self._evaluate, checkpoint), self.roles)
 
     def _evaluate(self, checkpoint: Checkpoint) -> Any:

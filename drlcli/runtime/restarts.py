@@ -11,6 +11,7 @@ that ran on the fresh process is redone after the same restoration, or its data 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from drlcli.errors import TrainingError
@@ -23,29 +24,33 @@ def restartable_actor_options(max_restarts: int) -> dict[str, Any]:
 
 
 class RestartCounter:
-    """The restarts of the rollout actors one process (driver or learner) calls.
+    """The restarts of the restartable processes (rollout actors, the evaluator) one process
+    (driver or learner) calls.
 
     Args:
-        limit: restarts allowed per rollout actor (config ``max_rollout_actor_restarts``).
-        actor_ids: the rollout actors' indices in the run (named in messages).
+        limit: restarts allowed per process (config ``max_rollout_actor_restarts``).
+        actor_ids: the rollout actors' indices in the run, named in messages as ``rollout
+            actor K``; or ``names``: what each process is (``["the evaluator"]``).
     """
 
-    def __init__(self, limit: int, actor_ids: list[int]) -> None:
+    def __init__(
+        self, limit: int, actor_ids: Sequence[int] = (), names: list[str] | None = None
+    ) -> None:
         self.limit = limit
-        self.actor_ids = list(actor_ids)
-        self.restarts = [0] * len(actor_ids)
-        self.pids: list[int | None] = [None] * len(actor_ids)
+        self.names = names or [f"rollout actor {index}" for index in actor_ids]
+        self.restarts = [0] * len(self.names)
+        self.pids: list[int | None] = [None] * len(self.names)
         self.new_restarts = 0  # since take_new_restarts()
 
     def died(self, position: int, reason: str) -> None:
-        """The rollout actor at ``position`` died in a call (Ray restarts it if the limit
-        allows); raises TrainingError past the limit."""
+        """The process at ``position`` died in a call (Ray restarts it if the limit allows);
+        raises TrainingError past the limit."""
         self.restarts[position] += 1
         self.new_restarts += 1
         self.pids[position] = None  # the next call reports the fresh process
         if self.restarts[position] > self.limit:
             raise TrainingError(
-                f"rollout actor {self.actor_ids[position]} died {self.restarts[position]} times, "
+                f"{self.names[position]} died {self.restarts[position]} times, "
                 f"more than max_rollout_actor_restarts: {self.limit} ({reason})"
             )
 

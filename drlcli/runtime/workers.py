@@ -17,8 +17,8 @@ from drlcli.algos.flash_sac.collector import FlashSACCollector
 from drlcli.algos.flash_sac.params import FlashSACParams
 from drlcli.algos.ppo.learner import Learner
 from drlcli.algos.ppo.params import PPOParams
-from drlcli.runtime.ray_session import get_when_restarted
-from drlcli.runtime.restarts import RestartCounter, death_reason
+from drlcli.runtime.ray_session import get_when_restarted, worker_error
+from drlcli.runtime.restarts import RestartCounter
 
 
 class PPOLearnerWorker:
@@ -87,32 +87,41 @@ class RayStepperPool:
     def wait(self) -> list[dict[str, Any]]:
         import ray
 
-        results = []
-        for position, future in enumerate(self._futures):
-            try:
-                result = ray.get(future)
-            except ray.exceptions.RayActorError as error:
-                if getattr(error, "_actor_init_failed", False):
-                    raise
-                self.restarts.died(position, death_reason(error))
-                handle = self.handles[position]
-                fresh = get_when_restarted(handle.observations.remote)
-                result = {
-                    "next_obs": fresh,
-                    "final_obs": fresh,
-                    "rewards": np.zeros(self.num_envs),
-                    "terminated": np.zeros(self.num_envs, dtype=bool),
-                    "truncated": np.ones(self.num_envs, dtype=bool),
-                    "finished_returns": [],
-                    "finished_lengths": [],
-                }
-            else:
-                if not self.restarts.restarted_unseen(position, result["process_id"]):
-                    results.append(result)
-                    continue
-            # The fresh process started new episodes: nothing of this step is a transition.
-            results.append({**result, "lost": np.ones(self.num_envs, dtype=bool)})
+        try:  # the common case: one batched get
+            results = ray.get(self._futures)
+        except ray.exceptions.RayActorError:
+            results = [self._result_or_restart(position) for position in range(len(self.handles))]
+        for position, result in enumerate(results):
+            if "lost" not in result and self.restarts.restarted_unseen(
+                position, result["process_id"]
+            ):
+                # The fresh process started new episodes: nothing of this step is a transition.
+                results[position] = {**result, "lost": np.ones(self.num_envs, dtype=bool)}
         return results
+
+    def _result_or_restart(self, position: int) -> dict[str, Any]:
+        """Stepper ``position``'s step, or, where its process died, the fresh process's first
+        observations with every env's transition ``lost``."""
+        import ray
+
+        try:
+            return ray.get(self._futures[position])
+        except ray.exceptions.RayActorError as error:
+            death = worker_error(error)
+            if death.init_failed:
+                raise death from None
+            self.restarts.died(position, death.reason)
+        fresh = get_when_restarted(self.handles[position].observations.remote)
+        return {
+            "next_obs": fresh,
+            "final_obs": fresh,
+            "rewards": np.zeros(self.num_envs),
+            "terminated": np.zeros(self.num_envs, dtype=bool),
+            "truncated": np.ones(self.num_envs, dtype=bool),
+            "finished_returns": [],
+            "finished_lengths": [],
+            "lost": np.ones(self.num_envs, dtype=bool),
+        }
 
 
 class FlashSACLearnerWorker:

@@ -188,13 +188,14 @@ class FlashSACCollector:
             rewards = np.concatenate([r["rewards"] for r in results])
             terminated = np.concatenate([r["terminated"] for r in results])
             truncated = np.concatenate([r["truncated"] for r in results])
-            lost = [r.get("lost", np.zeros(len(r["rewards"]), dtype=bool)) for r in results]
-            kept = ~np.concatenate(lost)
-            self.replay.add(
-                self.obs[kept], actions[kept], rewards[kept], final_obs[kept], terminated[kept]
-            )
+            transition = (self.obs, actions, rewards, final_obs, terminated)
+            if any("lost" in r for r in results):  # a restarted stepper: rare, so checked first
+                lost = [r.get("lost", np.zeros(len(r["rewards"]), dtype=bool)) for r in results]
+                kept = ~np.concatenate(lost)
+                transition = tuple(part[kept] for part in transition)
+            self.replay.add(*transition)
             self.reward_scaler.update(rewards, terminated | truncated)
-            self.transitions += int(kept.sum())
+            self.transitions += len(transition[0])
             self.obs, self.dones = next_obs, terminated | truncated
             for r in results:
                 returns += r["finished_returns"]
