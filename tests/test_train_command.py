@@ -16,7 +16,7 @@ import pytest
 from drlcli.checkpoint import load_payload, read_checkpoint
 from drlcli.config import load_config
 from drlcli.metrics import read_metrics
-from drlcli.runtime.training import train
+from drlcli.runtime.training import StopRequest, train
 
 
 def ray_processes() -> set[int]:
@@ -85,6 +85,32 @@ def test_train_command_runs_and_leaves_no_ray_processes(tiny_config):
     assert "round 2/2" in stdout
     assert "training finished" in stdout
     assert wait_for_no_new(before, process.pid) == set()
+
+
+def test_a_signal_in_the_middle_of_an_import_still_gets_its_notice(tmp_path, monkeypatch):
+    """The signal can land while the main thread is importing a module that printing needs
+    (rich loads its emoji table on first use); the notice must not see it half-imported."""
+    (tmp_path / "half_imported_by_drl_test.py").write_text(
+        "import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\n"
+        "for _ in range(10000):\n    pass\nVALUE = 'imported'\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    printed = []
+
+    class ImportingConsole:
+        def print(self, text: str, style: str = "") -> None:
+            import half_imported_by_drl_test
+
+            printed.append((text, half_imported_by_drl_test.VALUE))
+
+    try:
+        with StopRequest(ImportingConsole()) as stop:  # type: ignore[arg-type]
+            import half_imported_by_drl_test  # noqa: F401
+    finally:
+        sys.modules.pop("half_imported_by_drl_test", None)
+    assert stop.requested
+    notice = "SIGTERM: stopping after this round (send it again to abort now)"
+    assert printed == [(notice, "imported")]
 
 
 @pytest.mark.parametrize(("sent", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])

@@ -307,6 +307,11 @@ class StopRequest:
     first finishes the round in progress (its metrics row and checkpoint are written), then
     training stops with ``TrainingStopped``; a second signal aborts at once. Outside the main
     thread it does nothing.
+
+    The handler only records the signal. Python runs a handler between any two bytecodes of
+    the main thread, in the middle of an import included, so printing from it can re-enter a
+    half-imported module (rich imports its emoji table lazily) and fail; a short-lived thread
+    prints the notice instead, waiting on the import lock like any other thread.
     """
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -315,6 +320,7 @@ class StopRequest:
         self.console = console
         self.signal: signal.Signals | None = None
         self._previous: dict[int, Any] = {}
+        self._notice: threading.Thread | None = None
 
     @property
     def requested(self) -> bool:
@@ -328,10 +334,14 @@ class StopRequest:
         if self.signal is not None:
             raise KeyboardInterrupt
         self.signal = signal.Signals(signum)
-        self.console.print(
-            f"{self.signal.name}: stopping after this round (send it again to abort now)",
-            style="yellow",
+        self._notice = threading.Thread(
+            target=self.console.print,
+            args=(f"{self.signal.name}: stopping after this round (send it again to abort now)",),
+            kwargs={"style": "yellow"},
+            name="drl-stop-notice",
+            daemon=True,
         )
+        self._notice.start()
 
     def __enter__(self) -> StopRequest:
         if threading.current_thread() is threading.main_thread():
@@ -342,6 +352,8 @@ class StopRequest:
     def __exit__(self, *exc: object) -> None:
         for number, previous in self._previous.items():
             signal.signal(number, previous)
+        if self._notice is not None:  # the notice comes before whatever the caller prints next
+            self._notice.join(timeout=5)
 
 
 def _run(
