@@ -41,7 +41,9 @@ def render_dry_run(config: Config, console: Console) -> None:
     algorithm = get_algorithm(config.algo)
     spec = algorithm.actor_spec(config.algo_params, facts.action_low, facts.action_high)
     # The rules that need the learner device (a CUDA graph, say), as training checks them.
-    algorithm.check_learner_device(config.algo_params, spec, topology.learner_device)
+    algorithm.check_learner_device(
+        config.algo_params, spec, topology.learner_device, topology.num_learners
+    )
 
     table = Table(title=f"config {config.name}", show_header=True, header_style="bold")
     table.add_column("key")

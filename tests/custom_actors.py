@@ -56,6 +56,37 @@ def build(
     return actor.to(device)
 
 
+class SampleNoiseActor(AuxLossActor):
+    """``AuxLossActor`` whose training noise is a fixed function of each observation instead of
+    random draws: one learner on a concatenated batch draws the same noise per sample as
+    data-parallel learners on its parts."""
+
+    def forward(self, obs: torch.Tensor, training: bool = False) -> tuple[torch.Tensor, dict]:
+        self._observations = obs
+        return super().forward(obs, training)
+
+    def sample_noise(self, mean: torch.Tensor) -> torch.Tensor:
+        generator = torch.Generator().manual_seed(7)
+        projection = torch.randn(self._observations.shape[1], mean.shape[1], generator=generator)
+        return torch.sin(3.0 * self._observations @ projection.to(mean.device))
+
+
+def build_sample_noise(
+    obs_dim: int,
+    action_dim: int,
+    device: Any = "cpu",
+    *,
+    action_low: list[float],
+    action_high: list[float],
+    hidden_dim: int = 16,
+    aux_weight: float = 0.1,
+) -> SampleNoiseActor:
+    actor = SampleNoiseActor(
+        obs_dim, action_dim, action_low, action_high, hidden_dim, 1, aux_weight=aux_weight
+    )
+    return actor.to(device)
+
+
 def build_with_seed(seed: int, obs_dim: int, action_dim: int) -> dict[str, torch.Tensor]:
     """Rebuild from the spec in whatever process calls this (the spawn test)."""
     from drlcli.actors.spec import ActorSpec, build_policy_actor

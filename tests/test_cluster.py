@@ -115,10 +115,11 @@ def rollout_actor_nodes(address: str, class_name: str) -> set[str]:
     ("algo", "params", "rollout_class"),
     [
         ("ppo", "{num_epochs: 1, num_minibatches: 2, hidden_sizes: [8]}", "MuJoCoActor"),
-        (
+        (  # two data-parallel learners: their gloo group forms across the cluster's processes
             "flash_sac",
             "{batch_size: 16, warmup_steps: 40, actor_hidden_dim: 8, actor_num_blocks: 1,"
-            " critic_hidden_dim: 8, critic_num_blocks: 1, num_bins: 11}",
+            " critic_hidden_dim: 8, critic_num_blocks: 1, num_bins: 11}\n"
+            "num_gpus: 2\nactors_per_gpu: 1\nlearners_on_cpu: true",
             "EnvStepper",
         ),
     ],

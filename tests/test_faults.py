@@ -36,12 +36,12 @@ PARAMS = {
 }
 
 
-def dying_config(tmp_path, algo, kwargs, total, extra=""):
+def dying_config(tmp_path, algo, kwargs, total, extra="", params=None):
     path = tmp_path / f"{algo}.yaml"
     path.write_text(
         f"algo: {algo}\nenv: {{id: '{DIE_ENV}', num_envs: 2, kwargs: {kwargs}}}\n"
         f"num_actors: 2\ntotal_env_steps: {total}\nrollout_length: 40\n"
-        f"output_dir: {tmp_path / 'out'}\nalgo_params: {PARAMS[algo]}\n{extra}"
+        f"output_dir: {tmp_path / 'out'}\nalgo_params: {params or PARAMS[algo]}\n{extra}"
     )
     return load_config(path)
 
@@ -68,6 +68,32 @@ def test_a_rollout_actor_killed_mid_round_is_restarted_and_the_run_completes(tmp
     checkpoint = read_checkpoint(config.checkpoint_path)
     assert checkpoint.progress.round == 3 and checkpoint.progress.env_steps == 480
     assert all(torch.isfinite(t).all() for t in checkpoint.actor.values())
+
+
+def test_data_parallel_learners_start_updating_together_after_one_lost_transitions(tmp_path):
+    """Learner 0's rollout actor dies before the replay buffers are ready: that learner holds
+    two transitions fewer than the other, whose buffer is ready one step earlier; every update
+    is a collective of both, so they must still start at the same step (else they hang)."""
+    marker = tmp_path / "died"
+    params = PARAMS["flash_sac"].replace("warmup_steps: 40", "warmup_steps: 130")
+    config = dying_config(
+        tmp_path,
+        "flash_sac",
+        f"{{at_step: 60, marker: '{marker}'}}",
+        total=480,
+        extra="num_gpus: 2\nactors_per_gpu: 1\nlearners_on_cpu: true\n",
+        params=params,
+    )
+    summary, _ = run(config)
+    assert marker.exists() and summary.rounds == 3
+    rows = read_metrics(config.metrics_path)
+    assert [row["rollout_actor_restarts"] for row in rows] == ["0", "1", "0"]
+    assert float(rows[1]["updates"]) > 0  # both learners updated in round 2, together
+    checkpoint = read_checkpoint(config.checkpoint_path)
+    first, second = checkpoint.learner_states
+    for network in ("actor", "critic"):
+        for name, tensor in first[network].items():
+            assert torch.equal(tensor, second[network][name]), (network, name)
 
 
 @pytest.mark.parametrize("algo", ["ppo", "flash_sac"])

@@ -491,7 +491,7 @@ def test_with_cuda_graphs_the_optimisers_are_capturable_and_the_schedule_runs_th
     import drlcli.algos.flash_sac.learner as learner_module
 
     eager = make_learner()
-    monkeypatch.setattr(learner_module, "resolve_cuda_graph", lambda params, spec, device: True)
+    monkeypatch.setattr(learner_module, "resolve_cuda_graph", lambda *args: True)
     monkeypatch.setattr(learner_module, "CudaGraphUpdates", EagerGraphs)
     graphed = make_learner()
     optimizers = (

@@ -165,6 +165,26 @@ def test_processes_share_the_cpus_of_a_cluster_that_has_too_few():
     assert roomy.cpu_share == 1.0 and roomy.learner == {"num_gpus": 1.0}
 
 
+@pytest.mark.parametrize(
+    ("node_cpus", "processes", "share"),
+    [
+        ([8.0], 5, 1.0),
+        ([2.0, 2.0], 4, 1.0),
+        ([2.0, 2.0], 5, 2 / 3),  # 4 x 0.8 of the total would fit only 2 per node: 4 of 5
+        ([4.0], 5, 0.8),
+        ([1.0, 3.0], 8, 0.5),
+        ([0.5], 2, 0.25),
+    ],
+)
+def test_the_cpu_share_fits_every_process_on_some_node(node_cpus, processes, share):
+    from drlcli.runtime.ray_session import cpu_share
+
+    found = cpu_share(node_cpus, processes)
+    assert found == pytest.approx(share, abs=1e-4) and found <= share
+    units = round(found * 1e4)  # Ray's fixed-point resource units
+    assert sum(round(cpus * 1e4) // units for cpus in node_cpus) >= processes
+
+
 def test_train_with_dashboard_serves_the_run_while_it_trains(tiny_config):
     from typer.testing import CliRunner
 

@@ -84,8 +84,8 @@ class Algorithm:
         normalization_inside_actor: how its actor normalises raw observations when there are
             no running statistics (reported by ``drl export``), None for not at all.
         check_params: the rules between its params, run by ``load_config`` (ConfigError).
-        check_learner_device: the rules that need the learner device
-            ``(params, spec, device)``, run before any worker starts (ConfigError).
+        check_learner_device: the rules that need the learner device and count
+            ``(params, spec, device, learners)``, run before any worker starts (ConfigError).
         check_learner_state: extra checks of one stored learner state; returns a problem or
             None (``drl verify`` and ``--resume``).
         check_actor: what the algorithm needs of a policy actor beyond the contract
@@ -108,7 +108,9 @@ class Algorithm:
     observation_clip: Callable[[Any], float | None]
     normalization_inside_actor: str | None = None
     check_params: Callable[[Any], None] = lambda params: None
-    check_learner_device: Callable[[Any, Any, str], object] = lambda params, spec, device: None
+    check_learner_device: Callable[[Any, Any, str, int], object] = (
+        lambda params, spec, device, learners: None
+    )
     check_learner_state: Callable[[dict[str, Any]], str | None] = lambda state: None
     check_actor: Callable[[Any, int, int], None] = lambda actor, obs_dim, action_dim: None
     replay_saving: Callable[[Any], bool] | None = None

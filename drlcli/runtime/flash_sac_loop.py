@@ -1,4 +1,5 @@
-"""FlashSAC's round loop on Ray: each learner process drives its own rollout actors."""
+"""FlashSAC's round loop on Ray: each learner process drives its own rollout actors; several
+learners make every update together (data-parallel, algos/flash_sac/data_parallel.py)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,9 @@ from drlcli.topology import TrainingTopology
 class FlashSACRoundLoop:
     """FlashSAC on Ray: each learner process drives its own rollout actors (EnvStepper) and
     chooses their actions with ``learner.actor.explore``; a round is ``rollout_length`` steps
-    of every env, with updates interleaved. Sync rounds average all learners' networks."""
+    of every env, with updates interleaved. Several learners start from learner 0's networks
+    and stay identical: every update averages their gradients (``param_sync_interval`` is
+    PPO's)."""
 
     def __init__(
         self,
@@ -37,13 +40,11 @@ class FlashSACRoundLoop:
         import ray
 
         from drlcli.algos.flash_sac.collector import EnvStepper
-        from drlcli.runtime.parameter_server import ParameterServer
         from drlcli.runtime.workers import FlashSACLearnerWorker
 
         self.config, self.topology = config, topology
         params = config.algo_params
         resources = process_resources(topology)
-        self.parameter_server = ray.remote(ParameterServer).options(num_cpus=0).remote(None)
         restartable = restartable_actor_options(config.max_rollout_actor_restarts)
         self.steppers = [
             ray.remote(EnvStepper)
@@ -77,10 +78,10 @@ class FlashSACRoundLoop:
                     config.env.seed + learner_index,
                     threads_per_learner,
                     RestartCounter(config.max_rollout_actor_restarts, owned),
+                    topology.num_learners,
                 )
             )
-        self.roles = {actor_id_of(self.parameter_server): "the parameter server"}
-        self.roles |= {actor_id_of(w): f"learner {i}" for i, w in enumerate(self.workers)}
+        self.roles = {actor_id_of(w): f"learner {i}" for i, w in enumerate(self.workers)}
         if stored is not None:
             states = learner_states_for(stored.learner_states, len(self.workers))
             loads = [w.load_state_dict.remote(s) for w, s in zip(self.workers, states, strict=True)]
@@ -88,10 +89,18 @@ class FlashSACRoundLoop:
         else:
             initial = self.workers[0].network_state.remote()
             _get([w.load_network_state.remote(initial) for w in self.workers[1:]], self.roles)
+        if len(self.workers) > 1:
+            host, port = _get(self.workers[0].open_data_parallel_store.remote(), self.roles)
+            count = len(self.workers)
+            joins = [
+                w.join_data_parallel.remote(i, count, host, port)
+                for i, w in enumerate(self.workers)
+            ]
+            _get(joins, self.roles)
 
     def run_round(self, round_index: int, fraction_done: float) -> tuple[list[dict], dict]:
-        """One round of every worker; ``fraction_done`` is unused (FlashSAC's schedules count
-        updates)."""
+        """One round of every worker; the arguments are unused (FlashSAC's schedules count
+        updates, and its learners never need a parameter sync)."""
         stats_refs, metric_refs = [], []
         for worker in self.workers:
             stats, metrics = worker.run.options(num_returns=2).remote(self.config.rollout_length)
@@ -99,10 +108,6 @@ class FlashSACRoundLoop:
             metric_refs.append(metrics)
         stats = _get(stats_refs, self.roles)
         learner_metrics = average_metrics(_get(metric_refs, self.roles))
-        if len(self.workers) > 1 and (round_index + 1) % self.config.param_sync_interval == 0:
-            states = [worker.network_state.remote() for worker in self.workers]
-            averaged = self.parameter_server.average_parameters.remote(*states)
-            _get([w.load_network_state.remote(averaged) for w in self.workers], self.roles)
         return stats, learner_metrics
 
     def checkpoint_parts(self) -> tuple[None, list[dict[str, Any]]]:
@@ -146,5 +151,5 @@ class FlashSACRoundLoop:
     def close(self) -> None:
         import ray
 
-        for handle in [self.parameter_server, *self.workers, *self.steppers]:
+        for handle in [*self.workers, *self.steppers]:
             ray.kill(handle)

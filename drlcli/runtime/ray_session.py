@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -64,20 +63,39 @@ class ProcessResources:
     cluster_cpus: float
 
 
+def cpu_share(node_cpus: list[float], processes: int) -> float:
+    """The largest CPU request, at most 1, with which ``processes`` equal processes fit on nodes
+    of ``node_cpus`` CPUs each: a node holds ``floor(cpus / share)`` of them, and a process
+    never spans two nodes (a share of the cluster's total can leave one pending forever).
+    Counted as Ray counts, in units of 1e-4 CPU."""
+    node_units = [round(cpus * 1e4) for cpus in node_cpus]
+
+    def fits(units: int) -> bool:
+        return sum(node // units for node in node_units) >= processes
+
+    # The best share fills some node exactly: ``node // k`` units for k processes on it.
+    candidates = {min(node // k, 10_000) for node in node_units for k in range(1, processes + 1)}
+    for units in sorted(candidates - {0}, reverse=True):
+        if fits(units):
+            return units / 1e4
+    return 1e-4
+
+
 def process_resources(topology: TrainingTopology) -> ProcessResources:
     """One GPU per CUDA learner; one CPU per rollout actor, per CPU learner and for the
-    evaluator (its request is ``rollout_actor``'s), or an equal share of the cluster's CPUs when
-    it has fewer than that (whole-CPU requests would leave the surplus pending forever); rollout
-    actors and the evaluator spread over the nodes. Call inside a Ray session."""
+    evaluator (its request is ``rollout_actor``'s), or an equal share that fits them all on the
+    cluster's nodes when they have fewer CPUs than that (whole-CPU requests would leave the
+    surplus pending forever); rollout actors and the evaluator spread over the nodes. Call
+    inside a Ray session."""
     import ray
 
     cuda = topology.learner_device == "cuda"
     # Rollout actors, CPU learners and the evaluator.
     cpu_processes = topology.num_actors + (0 if cuda else topology.num_learners) + 1
-    available = float(ray.cluster_resources().get("CPU", 0.0))
-    share = 1.0
-    if available < cpu_processes:
-        share = math.floor(available / cpu_processes * 1e4) / 1e4  # Ray's resource precision
+    node_cpus = [
+        float(node["Resources"].get("CPU", 0.0)) for node in ray.nodes() if node.get("Alive")
+    ]
+    share = cpu_share(node_cpus, cpu_processes)
     learner = {"num_gpus": 1.0} if cuda else {"num_cpus": share}
     return ProcessResources(
         learner=learner,
@@ -85,7 +103,7 @@ def process_resources(topology: TrainingTopology) -> ProcessResources:
         rollout_actor={"num_cpus": share, "scheduling_strategy": "SPREAD"},
         cpu_share=share,
         cpu_processes=cpu_processes,
-        cluster_cpus=available,
+        cluster_cpus=sum(node_cpus),
     )
 
 
@@ -122,6 +140,13 @@ def get_or_raise(refs: Any, roles: Mapping[str, str] | None = None) -> Any:
     import ray
 
     try:
+        if isinstance(refs, list) and len(refs) > 1:
+            # The first failure raises at once: data-parallel learners would otherwise hold the
+            # get while they wait in a collective for the one that failed.
+            pending = refs
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                ray.get(done)
         return ray.get(refs)
     except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError) as error:
         raise worker_error(error, roles) from None

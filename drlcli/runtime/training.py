@@ -109,7 +109,9 @@ def train(
     env.close()
     actor = probe_actor(algorithm, config, facts)
     # Rules that need the learner device (a CUDA graph, say), before any worker starts.
-    algorithm.check_learner_device(config.algo_params, actor.spec, topology.learner_device)
+    algorithm.check_learner_device(
+        config.algo_params, actor.spec, topology.learner_device, topology.num_learners
+    )
     stored = (
         None if resume is None else _load_for_resume(Path(resume), config, actor.semantics, facts)
     )

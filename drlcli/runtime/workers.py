@@ -14,6 +14,7 @@ import torch
 
 from drlcli.actors.spec import ActorSpec
 from drlcli.algos.flash_sac.collector import FlashSACCollector
+from drlcli.algos.flash_sac.data_parallel import DataParallelGroup, open_store
 from drlcli.algos.flash_sac.params import FlashSACParams
 from drlcli.algos.ppo.learner import Learner
 from drlcli.algos.ppo.params import PPOParams
@@ -143,6 +144,7 @@ class FlashSACLearnerWorker:
         seed: int,
         torch_threads: int = 1,
         restarts: RestartCounter | None = None,
+        learners: int = 1,
     ) -> None:
         # Ray would pin this process to one thread; FlashSAC's wider networks gain from more,
         # and the rollout actors sit mostly idle while the learner updates.
@@ -160,7 +162,26 @@ class FlashSACLearnerWorker:
             total_updates,
             device,
             seed,
+            learners,
         )
+        self._store: Any = None
+
+    def open_data_parallel_store(self) -> tuple[str, int]:
+        """Learner 0: the rendezvous of the data-parallel group, on this node: ``(host, port)``."""
+        import ray
+
+        host = ray.util.get_node_ip_address()
+        self._store = open_store(host)
+        return host, self._store.port
+
+    def join_data_parallel(self, rank: int, world_size: int, host: str, port: int) -> None:
+        """Join the data-parallel learners (blocks until all joined); from now on every
+        update is made with them (data_parallel.py)."""
+        learner = self.collector.learner
+        group = DataParallelGroup.join(
+            rank, world_size, host, port, learner.device, store=self._store
+        )
+        learner.use_data_parallel(group)
 
     def run(self, steps: int) -> tuple[dict[str, Any], dict[str, float]]:
         stats, metrics = self.collector.run(steps)

@@ -90,6 +90,10 @@ class FlashSACActor(nn.Module):
         log_std = LOG_STD_MIN + (LOG_STD_MAX - LOG_STD_MIN) * 0.5 * (1.0 + torch.tanh(raw))
         return mean, log_std.exp()
 
+    def sample_noise(self, mean: torch.Tensor) -> torch.Tensor:
+        """Standard normal noise ``[B, A]`` of the reparameterised training sample."""
+        return torch.randn_like(mean)
+
     def transform(self, u: torch.Tensor) -> torch.Tensor:
         return self.action_bias + self.action_range * torch.tanh(u)
 
@@ -98,7 +102,7 @@ class FlashSACActor(nn.Module):
         (change of variables through tanh and the affine rescale)."""
         self.train(training)  # BatchNorm: batch statistics while training, running otherwise
         mean, std = self.get_mean_and_std(obs)
-        u = mean + std * torch.randn_like(mean)
+        u = mean + std * self.sample_noise(mean)
         z = (u - mean) / std
         log_prob = (
             -0.5 * z.square()

@@ -8,7 +8,8 @@ Per environment step of a round, in the learner process:
    random actions until ``warmup_steps`` transitions were collected);
 2. start stepping them (``EnvStepperPool.step_async``: on Ray, each rollout actor its slice);
 3. meanwhile run the gradient updates owed so far (``updates_per_env_step`` per transition,
-   once the buffer holds ``max(warmup_steps, batch_size)``): updates and env steps overlap;
+   once the buffer holds ``max(warmup_steps, batch_size)``, every data-parallel learner's
+   buffer): updates and env steps overlap;
 4. receive the steps and add the transitions to the replay buffer.
 
 Plain Python: the runtime gives the collector a Ray-backed pool of env steppers; tests and
@@ -101,7 +102,7 @@ class FlashSACCollector:
 
     Args:
         actor_spec, obs_dim, action_dim, action_low, action_high, params, gamma,
-        total_updates, device, seed: the ``FlashSACLearner``'s.
+        total_updates, device, seed, learners: the ``FlashSACLearner``'s.
         steppers: this learner's env steppers.
     """
 
@@ -118,6 +119,7 @@ class FlashSACCollector:
         total_updates: int,
         device: str = "cpu",
         seed: int = 0,
+        learners: int = 1,
     ) -> None:
         self.params = params
         self.steppers = steppers
@@ -132,6 +134,7 @@ class FlashSACCollector:
             total_updates,
             device,
             seed,
+            learners,
         )
         self.replay = TransitionReplay(params.buffer_size, obs_dim, action_dim, seed)
         self.obs = steppers.observations()
@@ -141,6 +144,7 @@ class FlashSACCollector:
         self.rng = np.random.default_rng(seed)
         self.transitions = 0
         self.update_budget = 0.0
+        self.updating = False  # once every learner's buffer is ready, for good
         self.dones = np.ones(len(self.obs), dtype=bool)  # every env starts an episode
 
     def _actions(self) -> np.ndarray:
@@ -149,6 +153,12 @@ class FlashSACCollector:
         obs = torch.as_tensor(self.obs, device=self.learner.device)
         dones = torch.as_tensor(self.dones, device=self.learner.device)
         return self.learner.actor.explore(obs, dones=dones).cpu().numpy()
+
+    def _all_ready(self, ready: bool) -> bool:
+        """Whether updates start: data-parallel learners start together (each update is a
+        collective), which a restarted rollout actor's lost transitions could otherwise skew."""
+        group = self.learner.data_parallel
+        return ready if group is None else group.all_agree(ready, self.learner.device)
 
     def run(self, steps: int) -> tuple[dict[str, Any], dict[str, float]]:
         """``steps`` steps of every env, with the updates owed interleaved.
@@ -167,7 +177,9 @@ class FlashSACCollector:
         for _ in range(steps):
             actions = self._actions().astype(np.float32)
             self.steppers.step_async(actions)
-            if len(self.replay) >= ready:
+            if not self.updating:
+                self.updating = self._all_ready(len(self.replay) >= ready)
+            if self.updating:
                 # UTD: updates_per_env_step updates per transition collected once ready; the
                 # fractional remainder carries over.
                 self.update_budget += len(self.obs) * p.updates_per_env_step

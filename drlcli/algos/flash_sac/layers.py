@@ -18,6 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from drlcli.algos.flash_sac.data_parallel import DataParallelGroup
+
 
 class UnitLinear(nn.Module):
     """Bias-free linear map ``[E, B, in] -> [E, B, out]``, orthogonal init, unit-norm rows."""
@@ -41,7 +43,8 @@ class UnitBatchNorm(nn.Module):
 
     Training mode normalises with the batch statistics and updates running statistics
     (momentum 0.01); evaluation mode uses the running statistics, so inference is a fixed
-    affine map (this is also the observation normaliser when it is the first layer).
+    affine map (this is also the observation normaliser when it is the first layer). With
+    ``data_parallel`` set, the batch statistics are those of every learner's batch together.
     """
 
     def __init__(self, ensemble: int, features: int, momentum: float = 0.01, eps: float = 1e-5):
@@ -51,14 +54,18 @@ class UnitBatchNorm(nn.Module):
         self.register_buffer("running_mean", torch.zeros(ensemble, features))
         self.register_buffer("running_var", torch.ones(ensemble, features))
         self.momentum, self.eps = momentum, eps
+        self.data_parallel: DataParallelGroup | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.training:
-            mean = x.mean(dim=1, keepdim=True)
-            # Written out: torch 2.13's var over the middle axis was 14x slower on CPU.
-            var = (x - mean).square().mean(dim=1, keepdim=True)
-            with torch.no_grad():
+            if self.data_parallel is not None:
+                mean, var, count = self.data_parallel.batch_moments(x)
+            else:
+                mean = x.mean(dim=1, keepdim=True)
+                # Written out: torch 2.13's var over the middle axis was 14x slower on CPU.
+                var = (x - mean).square().mean(dim=1, keepdim=True)
                 count = x.shape[1]
+            with torch.no_grad():
                 unbiased = var.squeeze(1) * (count / max(count - 1, 1))
                 self.running_mean.lerp_(mean.squeeze(1), self.momentum)
                 self.running_var.lerp_(unbiased, self.momentum)
@@ -127,6 +134,13 @@ class FlashSACEncoder(nn.Module):
         for block in self.blocks:
             x = block(x)
         return self.post_norm(x)
+
+
+def share_batch_statistics(module: nn.Module, group: DataParallelGroup | None) -> None:
+    """Every FlashSAC BatchNorm layer inside ``module`` normalises over ``group``'s batches."""
+    for layer in module.modules():
+        if isinstance(layer, UnitBatchNorm):
+            layer.data_parallel = group
 
 
 def normalize_module_parameters(module: nn.Module) -> None:

@@ -28,6 +28,8 @@ from torch import nn
 from drlcli.actors.spec import ActorSpec, build_policy_actor
 from drlcli.algos.flash_sac.algorithm import resolve_cuda_graph
 from drlcli.algos.flash_sac.critic import DoubleCategoricalCritic, categorical_td_target
+from drlcli.algos.flash_sac.data_parallel import DataParallelGroup
+from drlcli.algos.flash_sac.layers import share_batch_statistics
 from drlcli.algos.flash_sac.params import FlashSACParams
 from drlcli.errors import TrainingError
 
@@ -67,6 +69,8 @@ class FlashSACLearner:
         gamma: discount.
         total_updates: the run's planned number of updates (for the learning-rate schedule).
         device, seed: torch device; seed of initialisation and sampling.
+        learners: the data-parallel learners this one will make its updates with
+            (``use_data_parallel``); decides the automatic CUDA-graph choice.
     """
 
     def __init__(
@@ -81,11 +85,12 @@ class FlashSACLearner:
         total_updates: int,
         device: str = "cpu",
         seed: int = 0,
+        learners: int = 1,
     ) -> None:
         torch.manual_seed(seed)
         self.params, self.gamma = params, gamma
         self.device = torch.device(device)
-        self.uses_cuda_graph = resolve_cuda_graph(params, actor_spec, self.device)
+        self.uses_cuda_graph = resolve_cuda_graph(params, actor_spec, self.device, learners)
         self.actor = build_policy_actor(
             actor_spec, obs_dim, action_dim, self.device, action_low, action_high
         )
@@ -112,11 +117,26 @@ class FlashSACLearner:
         self.total_updates = max(int(total_updates), 1)
         self.updates = 0
         self.aux_names: frozenset[str] | None = None
+        self.data_parallel: DataParallelGroup | None = None
         if params.actor_normalize_parameters:
             self.actor.normalize_parameters()
         if params.critic_normalize_parameters:
             self.critic.normalize_parameters()
             self.target_critic.normalize_parameters()
+
+    def use_data_parallel(self, group: DataParallelGroup) -> None:
+        """From now on make every update together with the other learners of ``group``:
+        gradients averaged, BatchNorm statistics over all their batches (data_parallel.py).
+        The learners must hold the same networks and optimiser states when they start."""
+        if self.uses_cuda_graph:  # resolve_cuda_graph refuses graphs with several learners
+            raise TrainingError("a CUDA-graphed learner cannot join data-parallel learners")
+        self.data_parallel = group
+        for module in (self.actor, self.critic, self.target_critic):
+            share_batch_statistics(module, group)
+
+    def _average_gradients(self, parameters: Any) -> None:
+        if self.data_parallel is not None:
+            self.data_parallel.average_gradients(parameters)
 
     @property
     def temperature(self) -> torch.Tensor:
@@ -186,6 +206,7 @@ class FlashSACLearner:
         critic_loss = -(target.unsqueeze(0) * log_probs[:, : len(obs)]).sum(-1).mean()
         self.critic_optimizer.zero_grad(set_to_none=True)
         critic_loss.backward()
+        self._average_gradients(self.critic.parameters())
         self.critic_optimizer.step()
         if p.critic_normalize_parameters:
             self.critic.normalize_parameters()
@@ -226,6 +247,7 @@ class FlashSACLearner:
         total = actor_loss + sum(aux_losses.values(), torch.zeros((), device=obs.device))
         self.actor_optimizer.zero_grad(set_to_none=True)
         total.backward()
+        self._average_gradients(self.actor.parameters())
         self.actor_optimizer.step()
         if self.params.actor_normalize_parameters:
             self.actor.normalize_parameters()
@@ -234,6 +256,7 @@ class FlashSACLearner:
         temperature_loss = self.temperature * (entropy - self.target_entropy)
         self.temperature_optimizer.zero_grad(set_to_none=True)
         temperature_loss.backward()
+        self._average_gradients([self.log_temperature])
         self.temperature_optimizer.step()
         metrics = {
             "Loss/actor": actor_loss.detach(),

@@ -1,0 +1,155 @@
+"""FlashSAC's data-parallel learners (algos/flash_sac/data_parallel.py): two CPU learners in
+their own Ray processes, joined in a gloo group the way the round loop joins them, make the same
+updates as one learner on their two batches concatenated."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from drlcli.actors.spec import ActorSpec
+from drlcli.algos.flash_sac.learner import FlashSACLearner
+from drlcli.algos.flash_sac.params import FlashSACParams
+
+OBS_DIM, ACTION_DIM, BATCH = 5, 2, 32
+LOW, HIGH = [-1.0, -2.0], [1.0, 2.0]
+SPEC = ActorSpec(
+    "tests.custom_actors:build_sample_noise",
+    {"action_low": LOW, "action_high": HIGH, "hidden_dim": 16, "aux_weight": 0.1},
+)
+# Small networks; actor_update_period 2 alternates updates with and without the actor step, and
+# a short schedule moves the learning rate at every update.
+PARAMS = FlashSACParams(
+    batch_size=BATCH,
+    critic_hidden_dim=16,
+    critic_num_blocks=1,
+    num_bins=11,
+    actor_update_period=2,
+    learning_rate=1e-3,
+    learning_rate_end=1e-4,
+    use_whole_cycle_cuda_graph=False,
+)
+UPDATES = 6
+# float32 sums over 2B rows in one learner and over B rows per learner plus an all-reduce round
+# differently; Adam's first steps, ~lr * sign(g), then move a parameter whose gradient is near
+# zero by up to 2 lr either way. Measured here: 1.4e-5 at most.
+TOLERANCE = 1e-4
+
+
+def learner(learners: int) -> FlashSACLearner:
+    torch.set_num_threads(1)
+    return FlashSACLearner(
+        SPEC, OBS_DIM, ACTION_DIM, LOW, HIGH, PARAMS, 0.99, UPDATES, "cpu", 0, learners
+    )
+
+
+def batches(seed: int) -> list[dict[str, torch.Tensor]]:
+    """``UPDATES`` batches; observations with an offset and spread like a robot's state."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def draw(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator)
+
+    return [
+        {
+            "obs": 2.0 + 3.0 * draw(BATCH, OBS_DIM),
+            "act": draw(BATCH, ACTION_DIM).clamp(-1, 1),
+            "rew": draw(BATCH),
+            "next_obs": 2.0 + 3.0 * draw(BATCH, OBS_DIM),
+            "terminated": (draw(BATCH) > 1.0).float(),
+        }
+        for _ in range(UPDATES)
+    ]
+
+
+class DataParallelUpdater:
+    """One data-parallel learner in its own process (a Ray actor)."""
+
+    def __init__(self, rank: int, start: dict[str, Any]) -> None:
+        self.rank = rank
+        self.learner = learner(2)
+        self.learner.load_network_state(start)
+        self.store: Any = None
+
+    def open_store(self) -> int:
+        from drlcli.algos.flash_sac.data_parallel import open_store
+
+        self.store = open_store("127.0.0.1")
+        return self.store.port
+
+    def join(self, port: int) -> None:
+        from drlcli.algos.flash_sac.data_parallel import DataParallelGroup
+
+        group = DataParallelGroup.join(
+            self.rank, 2, "127.0.0.1", port, torch.device("cpu"), store=self.store
+        )
+        self.learner.use_data_parallel(group)
+
+    def train(self, seed: int) -> dict[str, Any]:
+        for batch in batches(seed):
+            self.learner.update(batch)
+        return self.learner.state_dict()
+
+
+def flat_networks(state: dict[str, Any]) -> dict[str, torch.Tensor]:
+    return {
+        f"{network}.{name}": tensor
+        for network in ("actor", "critic", "target_critic")
+        for name, tensor in state[network].items()
+    } | {"log_temperature": state["log_temperature"]}
+
+
+@pytest.mark.ray
+def test_two_learners_hold_identical_networks_equal_to_one_learner_on_both_batches(ray_cluster):
+    import ray
+
+    start = learner(1).network_state()
+    workers = [
+        ray.remote(DataParallelUpdater).options(num_cpus=0.5).remote(rank, start)
+        for rank in range(2)
+    ]
+    try:
+        port = ray.get(workers[0].open_store.remote())
+        ray.get([worker.join.remote(port) for worker in workers])
+        states = ray.get([worker.train.remote(seed) for seed, worker in enumerate(workers)])
+    finally:
+        for worker in workers:
+            ray.kill(worker)
+
+    first, second = (flat_networks(state) for state in states)
+    for name, tensor in first.items():  # the same all-reduced numbers on both: bit-identical
+        assert torch.equal(tensor, second[name]), name
+    for name in ("actor_optimizer", "critic_optimizer", "temperature_optimizer"):
+        for slot, values in states[0][name]["state"].items():
+            for key, value in values.items():
+                assert torch.equal(value, states[1][name]["state"][slot][key]), (name, key)
+
+    single = learner(1)
+    single.load_network_state(start)
+    for part, other in zip(batches(0), batches(1), strict=True):
+        single.update({key: torch.cat([part[key], other[key]]) for key in part})
+    expected = flat_networks(single.state_dict())
+    moved = 0
+    for name, tensor in first.items():
+        difference = (tensor - expected[name]).abs().max().item()
+        assert difference <= TOLERANCE, (name, difference)
+        moved += not torch.equal(expected[name], flat_networks({**start})[name])
+    assert moved > len(first) // 2  # the updates changed most tensors: the test compares moves
+    assert single.updates == UPDATES
+
+
+def test_graphs_are_refused_with_several_learners_and_auto_turns_them_off(monkeypatch):
+    from drlcli.algos.flash_sac.algorithm import resolve_cuda_graph
+    from drlcli.errors import ConfigError
+
+    builtin = ActorSpec("drlcli.algos.flash_sac.actor:build_flash_sac_actor", {})
+    cuda = torch.device("cuda")
+    monkeypatch.setattr(torch.version, "cuda", "13.0")  # an NVIDIA build, as far as drl asks
+    assert resolve_cuda_graph(FlashSACParams(), builtin, cuda, learners=1) is True
+    assert resolve_cuda_graph(FlashSACParams(), builtin, cuda, learners=2) is False
+    assert resolve_cuda_graph(FlashSACParams(), SPEC, cuda, learners=2) is False  # custom: fine
+    explicit = FlashSACParams(use_whole_cycle_cuda_graph=True)
+    with pytest.raises(ConfigError, match="this run has 2 data-parallel learners"):
+        resolve_cuda_graph(explicit, builtin, cuda, learners=2)
