@@ -45,6 +45,40 @@ class EnvConfig:
     checkpoints so play and export rebuild the same task."""
 
 
+@dataclass(frozen=True)
+class RuntimeEnvConfig:
+    """Code and files Ray ships to every node of the run (Ray's runtime environment of the
+    job): what a cluster's nodes need but do not have installed."""
+
+    working_dir: str | None = None
+    """A local directory uploaded to every node; training processes run inside their copy, so a
+    relative path (``env.kwargs.xml_file: ./robots/hopper.xml``) means the same file on every
+    node as on the driver run from this directory. Files its .gitignore names stay behind."""
+    py_modules: tuple[str, ...] = ()
+    """Local Python packages (directories) or wheels, importable in every training process and
+    in the driver: e.g. the package of a custom actor's builder."""
+    excludes: tuple[str, ...] = ()
+    """Patterns (.gitignore syntax) of files under working_dir to leave behind."""
+    env_vars: dict[str, str] = field(default_factory=dict)
+    """Environment variables of every training process (e.g. ``GLOO_SOCKET_IFNAME``)."""
+
+    def is_empty(self) -> bool:
+        return self == RuntimeEnvConfig()
+
+    def to_ray(self) -> dict[str, Any]:
+        """The ``runtime_env`` mapping of ``ray.init``, with absolute paths."""
+        ray_env: dict[str, Any] = {}
+        if self.working_dir is not None:
+            ray_env["working_dir"] = str(Path(self.working_dir).resolve())
+        if self.py_modules:
+            ray_env["py_modules"] = [str(Path(module).resolve()) for module in self.py_modules]
+        if self.excludes:
+            ray_env["excludes"] = list(self.excludes)
+        if self.env_vars:
+            ray_env["env_vars"] = dict(self.env_vars)
+        return ray_env
+
+
 # gymnasium.make arguments drl sets itself.
 RESERVED_ENV_KWARGS = {
     "id": "env.id",
@@ -85,6 +119,8 @@ class Config:
     """Rollout actors per learner; null: all on the one learner (only with num_gpus: 1)."""
     param_sync_interval: int = field(default=1, metadata=positive())
     """Rounds between averages of all learners' parameters."""
+    runtime_env: RuntimeEnvConfig = field(default_factory=RuntimeEnvConfig)
+    """Code and files shipped to every node (a custom actor's package, a robot model)."""
     learners_on_cpu: bool = False
     """Run all num_gpus learners on CPU (the multi-learner topology without GPUs)."""
     max_rollout_actor_restarts: int = field(default=10, metadata=in_range(0, None))
@@ -208,6 +244,11 @@ def config_from_dict(raw: dict[str, Any], default_name: str = "run") -> Config:
     )
     algorithm.check_params(config.algo_params)
     check_env_kwargs(config.env.kwargs, "env.kwargs")
+    for key, value in config.runtime_env.env_vars.items():
+        if not isinstance(value, str):
+            raise ConfigError(
+                f"runtime_env.env_vars.{key}: expected a string, got {describe_value(value)}"
+            )
     name = config.name or default_name
     if not _NAME_PATTERN.match(name):
         raise ConfigError(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -144,6 +145,101 @@ def test_drl_train_joins_a_two_node_cluster_and_its_rollout_actors_use_both(
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(read_metrics(tmp_path / "out" / f"metrics_{algo}.csv")) == 2
     assert len(rollout_actor_nodes(address, rollout_class)) == 2
+
+
+# The shipped package records where each process imported it from. A node of this one-machine
+# cluster shares the driver's files (Ray even gives its workers the driver's sys.path), so to
+# stand for a node that lacks the package, the unshipped variant imports only in the driver.
+SHIPPED_PACKAGE = """
+import os
+from drlcli.algos.flash_sac.actor import build_flash_sac_actor
+
+def build(*args, imports_log, **kwargs):
+    with open(imports_log, "a") as log:
+        log.write(__file__ + "\\n")
+    return build_flash_sac_actor(*args, **kwargs)
+"""
+MISSING_ON_NODES = (
+    "import os\n"
+    "if 'DRL_TEST_DRIVER' not in os.environ:\n"
+    "    raise ModuleNotFoundError(\"No module named 'shipped_actor'\")\n"
+) + SHIPPED_PACKAGE
+
+
+def shipping_project(tmp_path: Path, runtime_env: str, package: str = SHIPPED_PACKAGE) -> Path:
+    """A project directory as a user has it: a custom actor package that no node has installed,
+    a robot model file, and a FlashSAC config naming both, with ``runtime_env``."""
+    import gymnasium
+
+    project = tmp_path / "project"
+    (project / "robots").mkdir(parents=True)
+    (project / "shipped_actor").mkdir()
+    (project / "shipped_actor" / "__init__.py").write_text(package)
+    assets = Path(gymnasium.__file__).parent / "envs" / "mujoco" / "assets"
+    shutil.copy(assets / "inverted_pendulum.xml", project / "robots" / "pendulum.xml")
+    (project / "run.yaml").write_text(
+        "algo: flash_sac\n"
+        "env: {id: InvertedPendulum-v5, num_envs: 1, kwargs: {xml_file: ./robots/pendulum.xml}}\n"
+        f"num_actors: 2\ntotal_env_steps: 80\nrollout_length: 40\noutput_dir: {tmp_path / 'out'}\n"
+        "evaluation: {episodes: 1}\n"
+        "algo_params:\n  batch_size: 16\n  warmup_steps: 40\n  critic_hidden_dim: 8\n"
+        "  critic_num_blocks: 1\n  num_bins: 11\n"
+        "  actor_config:\n    builder: shipped_actor:build\n"
+        "    kwargs: {action_low: [-3.0], action_high: [3.0], hidden_dim: 8, num_blocks: 1,"
+        f" imports_log: {tmp_path / 'imports.log'}}}\n"
+        f"{runtime_env}"
+    )
+    return project
+
+
+def train_in(project: Path, address: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "drlcli", "train", "run.yaml", "--quiet", "--address", address],
+        cwd=project,
+        env={**ENV, "DRL_TEST_DRIVER": "1"},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+
+
+def test_runtime_env_ships_a_builder_package_and_a_model_file_to_every_node(cluster, tmp_path):
+    address, temp_dir = cluster
+    project = shipping_project(
+        tmp_path, "runtime_env: {working_dir: ., py_modules: [./shipped_actor]}\n"
+    )
+    done = train_in(project, address)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(read_metrics(tmp_path / "out" / "metrics_run.csv")) == 1
+    assert len(rollout_actor_nodes(address, "EnvStepper")) == 2
+    imported_from = set((tmp_path / "imports.log").read_text().split())
+    # The driver's own import, and the learner's and the evaluator's from Ray's shipped copy.
+    assert str(project / "shipped_actor" / "__init__.py") in imported_from
+    assert any(path.startswith(temp_dir) for path in imported_from), imported_from
+
+
+@pytest.mark.parametrize(
+    ("runtime_env", "package", "problem"),
+    [
+        ("", MISSING_ON_NODES, "cannot import 'shipped_actor', the policy actor's builder module"),
+        (
+            "runtime_env: {py_modules: [./shipped_actor]}\n",
+            SHIPPED_PACKAGE,
+            "cannot read env.kwargs.xml_file ./robots/pendulum.xml",
+        ),
+    ],
+)
+def test_a_node_without_the_code_or_the_file_stops_the_run_before_it_starts(
+    cluster, tmp_path, runtime_env, package, problem
+):
+    address, _ = cluster
+    done = train_in(shipping_project(tmp_path, runtime_env, package), address)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and re.match(r"error: node \S+ \([0-9a-f]{12}\): ", lines[0])
+    assert problem in " ".join(done.stderr.split())
+    assert not (tmp_path / "out" / "metrics_run.csv").exists()  # no round ran
 
 
 def test_a_local_run_starts_its_own_ray_beside_a_cluster_on_this_machine(cluster, tmp_path):

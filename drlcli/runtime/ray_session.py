@@ -11,13 +11,15 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from drlcli.errors import DrlError, TrainingError
+from drlcli.errors import ConfigError, DrlError, TrainingError
 from drlcli.runtime.restarts import death_reason
 from drlcli.topology import TrainingTopology
 
 
 @contextlib.contextmanager
-def ray_session(address: str | None, num_cpus: int) -> Iterator[None]:
+def ray_session(
+    address: str | None, num_cpus: int, runtime_env: dict[str, Any] | None = None
+) -> Iterator[None]:
     """Start a quiet local Ray (no dashboard, no usage stats) or join ``address``.
 
     A Ray already initialised by the caller (tests share one session) is used as it is and left
@@ -26,10 +28,19 @@ def ray_session(address: str | None, num_cpus: int) -> Iterator[None]:
     Args:
         address: ``host:port`` or ``auto`` of a running cluster; None starts a local one.
         num_cpus: logical CPUs of a local Ray: enough for every rollout actor and learner.
+        runtime_env: Ray's runtime environment of the job (code and files for every node).
+
+    Raises:
+        ConfigError: a runtime environment, with a Ray that the caller started.
     """
     import ray
 
     if ray.is_initialized():
+        if runtime_env:
+            raise ConfigError(
+                "runtime_env: this process's Ray was started before drl's training; give the "
+                "runtime environment to that ray.init(runtime_env=...) instead"
+            )
         yield
         return
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -40,6 +51,8 @@ def ray_session(address: str | None, num_cpus: int) -> Iterator[None]:
         "log_to_driver": False,
         "configure_logging": True,
     }
+    if runtime_env:
+        options["runtime_env"] = runtime_env
     if address:
         ray.init(address=address, **options)
     else:

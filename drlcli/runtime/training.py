@@ -57,6 +57,7 @@ from drlcli.metrics import MetricsWriter, metric_columns
 from drlcli.normalization import DEFAULT_OBSERVATION_CLIP
 from drlcli.runtime.evaluation import EvaluationRunner
 from drlcli.runtime.memory_budget import available_memory_bytes, check_memory, run_memory_needs
+from drlcli.runtime.nodes import check_every_node, check_runtime_env, import_py_modules_here
 from drlcli.runtime.progress import TrainingProgress
 from drlcli.runtime.ray_session import process_resources, ray_session
 from drlcli.topology import AvailableDevices, TrainingTopology, detect_available_devices
@@ -102,6 +103,8 @@ def train(
     # Counts are checked before anything starts; the hardware may still change the learner
     # count once a cluster is joined.
     topology = resolve_for(config, devices or detect_available_devices())
+    check_runtime_env(config.runtime_env)
+    import_py_modules_here(config.runtime_env)
     env = make_env(
         config.env.id, max_episode_steps=config.env.max_episode_steps, **config.env.kwargs
     )
@@ -132,7 +135,9 @@ def train(
     check_writable(Path(config.metrics_path).parent, "metrics_path")
     # Enough logical CPUs for every rollout actor, learner and the evaluator.
     num_cpus = max(os.cpu_count() or 1, topology.num_actors + topology.num_learners + 1)
-    with ray_session(address, num_cpus=num_cpus):
+    with ray_session(address, num_cpus=num_cpus, runtime_env=config.runtime_env.to_ray()):
+        if address or not config.runtime_env.is_empty():  # this process's checks cover a local Ray
+            check_every_node(config, actor.spec.builder)
         if address and devices is None:
             topology = resolve_for(config, _cluster_devices())
         resources = process_resources(topology)

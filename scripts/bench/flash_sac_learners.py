@@ -92,7 +92,8 @@ class TimedLearner:
 
     def time_updates(self, updates: int) -> float:
         """Seconds for ``updates`` updates (after 4 untimed ones)."""
-        batches = [self.replay.sample(self.batch_size, 1.0) for _ in range(updates + 4)]
+        device = self.learner.device
+        batches = [self.replay.sample(self.batch_size, 1.0, device) for _ in range(updates + 4)]
         for batch in batches[:4]:
             self.learner.update(batch)
         started = time.perf_counter()
@@ -168,7 +169,9 @@ def main() -> None:
     import ray
 
     config = load_config(args.config)
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    ray.init(
+        address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False
+    )
     try:
         one, two = [], []
         for _ in range(args.repeats):  # alternating, so that a slow spell hits both

@@ -1,12 +1,12 @@
 """FlashSAC's data-parallel learners: K learners, each with its own rollout actors and replay
 buffer, make every update together, as one learner would on their K batches concatenated.
 
-- **Gradients**: every optimiser step (critic; actor with its aux losses; temperature) first
-  averages its gradients over the learners with one all-reduce.
+- **Gradients**: the optimiser steps first average their gradients over the learners: one
+  all-reduce for the actor (with its aux losses) and the temperature, one for the critic.
 - **BatchNorm**: a FlashSAC BatchNorm layer in training mode normalises with the statistics of
-  all K batches: the sums it needs are all-reduced inside the forward pass, differentiably, so
-  the gradients of the statistics reach every learner's inputs. The running statistics, updated
-  from the same numbers everywhere, stay identical.
+  all K batches: the sums it needs are all-reduced inside the forward pass (one all-reduce per
+  layer), differentiably, so the gradients of the statistics reach every learner's inputs. The
+  running statistics, updated from the same numbers everywhere, stay identical.
 - **When updates start**: the learners agree (all must be ready), so each one calls the same
   collectives in the same order.
 
@@ -113,14 +113,23 @@ class DataParallelGroup:
             parameter.grad = flat[offset : offset + size].view_as(parameter)
             offset += size
 
-    def batch_moments(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+    def batch_moments(
+        self, x: torch.Tensor, shift: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, int]:
         """Mean and (biased) variance over axis 1 of ``x [E, B, F]`` and every learner's own
-        ``x``, each ``[E, 1, F]``, with the total count. Two passes, as one learner computes
-        them: the sum, then the squared deviations from the common mean. Differentiable."""
+        ``x``, each ``[E, 1, F]``, with the total count. One all-reduce, differentiable, of the
+        sums of ``x - shift`` and of its square; ``shift [E, 1, F]``, the same on every learner
+        (the running mean), keeps the difference of the squares well conditioned."""
         count = x.shape[1] * self.world_size  # every learner normalises a batch of this size
-        mean = differentiable.all_reduce(x.sum(dim=1, keepdim=True)) / count
-        squared = (x - mean).square().sum(dim=1, keepdim=True)
-        return mean, differentiable.all_reduce(squared) / count, count
+        centred = x - shift
+        sums = differentiable.all_reduce(
+            torch.cat(
+                [centred.sum(dim=1, keepdim=True), centred.square().sum(dim=1, keepdim=True)],
+                dim=-1,
+            )
+        )
+        first, second = (sums / count).split(x.shape[-1], dim=-1)
+        return shift + first, (second - first.square()).clamp_min(0.0), count
 
     def all_agree(self, flag: bool, device: torch.device) -> bool:
         """Whether ``flag`` holds on every learner (a collective: all learners must call)."""

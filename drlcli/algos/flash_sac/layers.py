@@ -59,7 +59,8 @@ class UnitBatchNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.training:
             if self.data_parallel is not None:
-                mean, var, count = self.data_parallel.batch_moments(x)
+                shift = self.running_mean.unsqueeze(1).detach().clone()
+                mean, var, count = self.data_parallel.batch_moments(x, shift)
             else:
                 mean = x.mean(dim=1, keepdim=True)
                 # Written out: torch 2.13's var over the middle axis was 14x slower on CPU.

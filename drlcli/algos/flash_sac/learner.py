@@ -247,16 +247,15 @@ class FlashSACLearner:
         total = actor_loss + sum(aux_losses.values(), torch.zeros((), device=obs.device))
         self.actor_optimizer.zero_grad(set_to_none=True)
         total.backward()
-        self._average_gradients(self.actor.parameters())
-        self.actor_optimizer.step()
-        if self.params.actor_normalize_parameters:
-            self.actor.normalize_parameters()
-
+        # L_alpha's gradient does not depend on the actor's step: both are averaged at once.
         entropy = -log_prob.detach().mean()
         temperature_loss = self.temperature * (entropy - self.target_entropy)
         self.temperature_optimizer.zero_grad(set_to_none=True)
         temperature_loss.backward()
-        self._average_gradients([self.log_temperature])
+        self._average_gradients([*self.actor.parameters(), self.log_temperature])
+        self.actor_optimizer.step()
+        if self.params.actor_normalize_parameters:
+            self.actor.normalize_parameters()
         self.temperature_optimizer.step()
         metrics = {
             "Loss/actor": actor_loss.detach(),
