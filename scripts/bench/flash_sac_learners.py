@@ -169,9 +169,7 @@ def main() -> None:
     import ray
 
     config = load_config(args.config)
-    ray.init(
-        address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False
-    )
+    ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     try:
         one, two = [], []
         for _ in range(args.repeats):  # alternating, so that a slow spell hits both
