@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,40 @@ def test_every_shipped_config_loads(path):
     config = load_config(path)
     assert isinstance(config, Config)
     assert config.name == path.stem
+
+
+def test_runtime_env_becomes_rays_with_absolute_paths_and_bad_paths_are_named(
+    write_config, tmp_path, monkeypatch
+):
+    from drlcli.runtime.nodes import check_runtime_env, import_py_modules_here
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pkgs" / "my_actors").mkdir(parents=True)
+    config = load_config(
+        write_config(
+            "runtime_env:\n  working_dir: .\n  py_modules: [./pkgs/my_actors]\n"
+            "  excludes: ['*.pt']\n  env_vars: {GLOO_SOCKET_IFNAME: eth0}\n"
+        )
+    )
+    assert config.runtime_env.to_ray() == {
+        "working_dir": str(tmp_path),
+        "py_modules": [str(tmp_path / "pkgs" / "my_actors")],
+        "excludes": ["*.pt"],
+        "env_vars": {"GLOO_SOCKET_IFNAME": "eth0"},
+    }
+    check_runtime_env(config.runtime_env)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    import_py_modules_here(config.runtime_env)
+    assert sys.path[0] == str(tmp_path / "pkgs")  # `import my_actors` works
+    assert load_config(write_config("algo: ppo\n")).runtime_env.is_empty()
+
+    with pytest.raises(ConfigError, match=r"runtime_env.env_vars.A: expected a string, got 1"):
+        load_config(write_config("runtime_env: {env_vars: {A: 1}}\n"))
+    with pytest.raises(ConfigError, match=r"runtime_env.pip: unknown key"):
+        load_config(write_config("runtime_env: {pip: [numpy]}\n"))
+    missing = load_config(write_config("runtime_env: {working_dir: ./nowhere}\n"))
+    with pytest.raises(ConfigError, match=r"runtime_env.working_dir: ./nowhere is not a directory"):
+        check_runtime_env(missing.runtime_env)
+    archive = load_config(write_config("runtime_env: {py_modules: [./pkgs/x.zip]}\n"))
+    with pytest.raises(ConfigError, match=r"py_modules\[0\]: ./pkgs/x.zip is neither a package"):
+        check_runtime_env(archive.runtime_env)

@@ -275,3 +275,12 @@ def test_resume_under_another_learner_count_starts_from_the_mean_and_learner_0s_
     assert summary.env_steps == 1024
     steps = [int(row["env_steps"]) for row in read_metrics(config.metrics_path)]
     assert steps == sorted(steps) and steps[-1] == 1024
+
+
+def test_a_runtime_env_cannot_be_given_to_a_ray_the_caller_started(ray_cluster, tiny_config):
+    from drlcli.errors import ConfigError
+
+    config = load_config(tiny_config("shipped", extra="runtime_env: {env_vars: {A: b}}\n"))
+    with pytest.raises(ConfigError, match="give the runtime environment to that ray.init"):
+        train(config, quiet=True)
+    assert not config.checkpoint_path.exists()
