@@ -153,3 +153,22 @@ def test_graphs_are_refused_with_several_learners_and_auto_turns_them_off(monkey
     explicit = FlashSACParams(use_whole_cycle_cuda_graph=True)
     with pytest.raises(ConfigError, match="this run has 2 data-parallel learners"):
         resolve_cuda_graph(explicit, builtin, cuda, learners=2)
+
+
+def test_a_learner_that_cannot_reach_the_group_fails_in_one_line(monkeypatch):
+    import socket
+
+    from drlcli.algos.flash_sac import data_parallel
+    from drlcli.errors import TrainingError
+
+    monkeypatch.setattr(data_parallel, "JOIN_TIMEOUT_S", 2.0)
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(TrainingError) as error:
+        data_parallel.DataParallelGroup.join(1, 2, "127.0.0.1", port, torch.device("cpu"))
+    message = str(error.value)
+    assert message.startswith(
+        f"learner 1 could not join the 2 data-parallel learners at 127.0.0.1:{port} (gloo: "
+    )
+    assert "GLOO_SOCKET_IFNAME" in message and "\n" not in message

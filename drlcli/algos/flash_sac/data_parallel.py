@@ -136,9 +136,3 @@ class DataParallelGroup:
         value = torch.tensor([1.0 if flag else 0.0], device=device)
         dist.all_reduce(value, op=dist.ReduceOp.MIN)
         return bool(value.item())
-
-    @staticmethod
-    def leave() -> None:
-        """Leave the group (the learner's process is about to end)."""
-        if dist.is_initialized():
-            dist.destroy_process_group()
