@@ -42,8 +42,9 @@ def build(
     hidden_dim: int = 16,
     aux_weight: float = 0.1,
     drift_after: int | None = None,
+    actor_class: type[AuxLossActor] = AuxLossActor,
 ) -> AuxLossActor:
-    actor = AuxLossActor(
+    actor = actor_class(
         obs_dim,
         action_dim,
         action_low,
@@ -71,20 +72,8 @@ class SampleNoiseActor(AuxLossActor):
         return torch.sin(3.0 * self._observations @ projection.to(mean.device))
 
 
-def build_sample_noise(
-    obs_dim: int,
-    action_dim: int,
-    device: Any = "cpu",
-    *,
-    action_low: list[float],
-    action_high: list[float],
-    hidden_dim: int = 16,
-    aux_weight: float = 0.1,
-) -> SampleNoiseActor:
-    actor = SampleNoiseActor(
-        obs_dim, action_dim, action_low, action_high, hidden_dim, 1, aux_weight=aux_weight
-    )
-    return actor.to(device)
+def build_sample_noise(*args: Any, **kwargs: Any) -> AuxLossActor:
+    return build(*args, actor_class=SampleNoiseActor, **kwargs)
 
 
 def build_with_seed(seed: int, obs_dim: int, action_dim: int) -> dict[str, torch.Tensor]:

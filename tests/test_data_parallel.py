@@ -12,6 +12,7 @@ import torch
 from drlcli.actors.spec import ActorSpec
 from drlcli.algos.flash_sac.learner import FlashSACLearner
 from drlcli.algos.flash_sac.params import FlashSACParams
+from drlcli.runtime.workers import DataParallelMember, form_data_parallel_group
 
 OBS_DIM, ACTION_DIM, BATCH = 5, 2, 32
 LOW, HIGH = [-1.0, -2.0], [1.0, 2.0]
@@ -64,33 +65,17 @@ def batches(seed: int) -> list[dict[str, torch.Tensor]]:
     ]
 
 
-class DataParallelUpdater:
+class DataParallelUpdater(DataParallelMember):
     """One data-parallel learner in its own process (a Ray actor)."""
 
-    def __init__(self, rank: int, start: dict[str, Any]) -> None:
-        self.rank = rank
-        self.learner = learner(2)
-        self.learner.load_network_state(start)
-        self.store: Any = None
-
-    def open_store(self) -> int:
-        from drlcli.algos.flash_sac.data_parallel import open_store
-
-        self.store = open_store("127.0.0.1")
-        return self.store.port
-
-    def join(self, port: int) -> None:
-        from drlcli.algos.flash_sac.data_parallel import DataParallelGroup
-
-        group = DataParallelGroup.join(
-            self.rank, 2, "127.0.0.1", port, torch.device("cpu"), store=self.store
-        )
-        self.learner.use_data_parallel(group)
+    def __init__(self, start: dict[str, Any]) -> None:
+        self.flash_sac_learner = learner(2)
+        self.flash_sac_learner.load_network_state(start)
 
     def train(self, seed: int) -> dict[str, Any]:
         for batch in batches(seed):
-            self.learner.update(batch)
-        return self.learner.state_dict()
+            self.flash_sac_learner.update(batch)
+        return self.flash_sac_learner.state_dict()
 
 
 def flat_networks(state: dict[str, Any]) -> dict[str, torch.Tensor]:
@@ -106,13 +91,9 @@ def test_two_learners_hold_identical_networks_equal_to_one_learner_on_both_batch
     import ray
 
     start = learner(1).network_state()
-    workers = [
-        ray.remote(DataParallelUpdater).options(num_cpus=0.5).remote(rank, start)
-        for rank in range(2)
-    ]
+    workers = [ray.remote(DataParallelUpdater).options(num_cpus=0.5).remote(start) for _ in "ab"]
     try:
-        port = ray.get(workers[0].open_store.remote())
-        ray.get([worker.join.remote(port) for worker in workers])
+        form_data_parallel_group(workers)  # as the round loop forms it
         states = ray.get([worker.train.remote(seed) for seed, worker in enumerate(workers)])
     finally:
         for worker in workers:
@@ -131,11 +112,12 @@ def test_two_learners_hold_identical_networks_equal_to_one_learner_on_both_batch
     for part, other in zip(batches(0), batches(1), strict=True):
         single.update({key: torch.cat([part[key], other[key]]) for key in part})
     expected = flat_networks(single.state_dict())
+    initial = flat_networks(start)
     moved = 0
     for name, tensor in first.items():
         difference = (tensor - expected[name]).abs().max().item()
         assert difference <= TOLERANCE, (name, difference)
-        moved += not torch.equal(expected[name], flat_networks({**start})[name])
+        moved += not torch.equal(expected[name], initial[name])
     assert moved > len(first) // 2  # the updates changed most tensors: the test compares moves
     assert single.updates == UPDATES
 

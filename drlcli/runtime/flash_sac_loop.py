@@ -40,7 +40,7 @@ class FlashSACRoundLoop:
         import ray
 
         from drlcli.algos.flash_sac.collector import EnvStepper
-        from drlcli.runtime.workers import FlashSACLearnerWorker
+        from drlcli.runtime.workers import FlashSACLearnerWorker, form_data_parallel_group
 
         self.config, self.topology = config, topology
         params = config.algo_params
@@ -90,13 +90,7 @@ class FlashSACRoundLoop:
             initial = self.workers[0].network_state.remote()
             _get([w.load_network_state.remote(initial) for w in self.workers[1:]], self.roles)
         if len(self.workers) > 1:
-            host, port = _get(self.workers[0].open_data_parallel_store.remote(), self.roles)
-            count = len(self.workers)
-            joins = [
-                w.join_data_parallel.remote(i, count, host, port)
-                for i, w in enumerate(self.workers)
-            ]
-            _get(joins, self.roles)
+            form_data_parallel_group(self.workers, self.roles)
 
     def run_round(self, round_index: int, fraction_done: float) -> tuple[list[dict], dict]:
         """One round of every worker; the arguments are unused (FlashSAC's schedules count

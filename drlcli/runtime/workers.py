@@ -15,10 +15,11 @@ import torch
 from drlcli.actors.spec import ActorSpec
 from drlcli.algos.flash_sac.collector import FlashSACCollector
 from drlcli.algos.flash_sac.data_parallel import DataParallelGroup, open_store
+from drlcli.algos.flash_sac.learner import FlashSACLearner
 from drlcli.algos.flash_sac.params import FlashSACParams
 from drlcli.algos.ppo.learner import Learner
 from drlcli.algos.ppo.params import PPOParams
-from drlcli.runtime.ray_session import get_when_restarted, worker_error
+from drlcli.runtime.ray_session import get_or_raise, get_when_restarted, worker_error
 from drlcli.runtime.restarts import RestartCounter
 
 
@@ -125,7 +126,42 @@ class RayStepperPool:
         }
 
 
-class FlashSACLearnerWorker:
+class DataParallelMember:
+    """The Ray-actor methods by which a process holding a FlashSAC learner
+    (``flash_sac_learner``) joins its data-parallel learners (``form_data_parallel_group``)."""
+
+    flash_sac_learner: FlashSACLearner
+    _store: Any = None
+
+    def open_data_parallel_store(self) -> tuple[str, int]:
+        """Learner 0: the rendezvous of the data-parallel group, on this node: ``(host, port)``."""
+        import ray
+
+        host = ray.util.get_node_ip_address()
+        self._store = open_store(host)
+        return host, self._store.port
+
+    def join_data_parallel(self, rank: int, world_size: int, host: str, port: int) -> None:
+        """Join the data-parallel learners (blocks until all joined); from now on every
+        update is made with them (data_parallel.py)."""
+        learner = self.flash_sac_learner
+        group = DataParallelGroup.join(
+            rank, world_size, host, port, learner.device, store=self._store
+        )
+        learner.use_data_parallel(group)
+
+
+def form_data_parallel_group(members: list[Any], roles: dict[str, str] | None = None) -> None:
+    """Every ``DataParallelMember`` actor of ``members`` joins one group, ``members[0]``'s store
+    first; member ``i`` is rank ``i``."""
+    host, port = get_or_raise(members[0].open_data_parallel_store.remote(), roles)
+    count = len(members)
+    get_or_raise(
+        [m.join_data_parallel.remote(i, count, host, port) for i, m in enumerate(members)], roles
+    )
+
+
+class FlashSACLearnerWorker(DataParallelMember):
     """One FlashSAC learner in its own process, driving its rollout actors (EnvStepper handles)."""
 
     def __init__(
@@ -164,29 +200,15 @@ class FlashSACLearnerWorker:
             seed,
             learners,
         )
-        self._store: Any = None
-
-    def open_data_parallel_store(self) -> tuple[str, int]:
-        """Learner 0: the rendezvous of the data-parallel group, on this node: ``(host, port)``."""
-        import ray
-
-        host = ray.util.get_node_ip_address()
-        self._store = open_store(host)
-        return host, self._store.port
-
-    def join_data_parallel(self, rank: int, world_size: int, host: str, port: int) -> None:
-        """Join the data-parallel learners (blocks until all joined); from now on every
-        update is made with them (data_parallel.py)."""
-        learner = self.collector.learner
-        group = DataParallelGroup.join(
-            rank, world_size, host, port, learner.device, store=self._store
-        )
-        learner.use_data_parallel(group)
 
     def run(self, steps: int) -> tuple[dict[str, Any], dict[str, float]]:
         stats, metrics = self.collector.run(steps)
         stats["rollout_actor_restarts"] = self.restarts.take_new_restarts()
         return stats, metrics
+
+    @property
+    def flash_sac_learner(self) -> FlashSACLearner:  # type: ignore[override]
+        return self.collector.learner
 
     def network_state(self) -> dict[str, Any]:
         return self.collector.learner.network_state()

@@ -27,78 +27,38 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from flash_sac_updates import random_learner  # noqa: E402  (this folder: Ray passes it on)
 
-from drlcli.algos.flash_sac.algorithm import flash_sac_actor_spec  # noqa: E402
-from drlcli.algos.flash_sac.learner import FlashSACLearner  # noqa: E402
-from drlcli.algos.flash_sac.replay import TransitionReplay  # noqa: E402
 from drlcli.config import Config, load_config  # noqa: E402
-from drlcli.envs import env_facts, make_env  # noqa: E402
+from drlcli.runtime.workers import DataParallelMember, form_data_parallel_group  # noqa: E402
 
 
-class TimedLearner:
+class TimedLearner(DataParallelMember):
     """One FlashSAC learner in a Ray process, timing its updates on random transitions."""
 
     def __init__(self, config: Config, learners: int, seed: int) -> None:
         torch.set_num_threads(1)
-        params = config.algo_params
-        facts = env_facts(make_env(config.env.id))
-        spec = flash_sac_actor_spec(params, facts.action_low, facts.action_high)
-        self.learner = FlashSACLearner(
-            spec,
-            facts.obs_dim,
-            facts.action_dim,
-            facts.action_low,
-            facts.action_high,
-            params,
-            config.gamma,
-            total_updates=1_000_000,
-            seed=0,  # the same networks everywhere, as the round loop starts them
-            learners=learners,
-        )
-        rng = np.random.default_rng(seed)
-        size = max(params.batch_size * 4, 4096)
-        self.replay = TransitionReplay(size, facts.obs_dim, facts.action_dim, seed)
-        self.replay.add(
-            rng.normal(size=(size, facts.obs_dim)),
-            rng.uniform(facts.action_low, facts.action_high, (size, facts.action_dim)),
-            rng.normal(size=size),
-            rng.normal(size=(size, facts.obs_dim)),
-            rng.random(size) < 0.01,
-        )
-        self.batch_size = params.batch_size
-        self.store: Any = None
-
-    def open_store(self) -> int:
-        from drlcli.algos.flash_sac.data_parallel import open_store
-
-        self.store = open_store("127.0.0.1")
-        return self.store.port
-
-    def join(self, rank: int, port: int) -> None:
-        from drlcli.algos.flash_sac.data_parallel import DataParallelGroup
-
-        group = DataParallelGroup.join(
-            rank, 2, "127.0.0.1", port, torch.device("cpu"), store=self.store
-        )
-        self.learner.use_data_parallel(group)
+        # The same networks everywhere, as the round loop starts them; each its own transitions.
+        self.flash_sac_learner, self.replay = random_learner(config, 1_000_000, learners, seed)
+        self.batch_size = config.algo_params.batch_size
 
     def time_updates(self, updates: int) -> float:
         """Seconds for ``updates`` updates (after 4 untimed ones)."""
-        device = self.learner.device
-        batches = [self.replay.sample(self.batch_size, 1.0, device) for _ in range(updates + 4)]
+        learner = self.flash_sac_learner
+        batches = [
+            self.replay.sample(self.batch_size, 1.0, learner.device) for _ in range(updates + 4)
+        ]
         for batch in batches[:4]:
-            self.learner.update(batch)
+            learner.update(batch)
         started = time.perf_counter()
         for batch in batches[4:]:
-            self.learner.update(batch)
+            learner.update(batch)
         return time.perf_counter() - started
 
 
@@ -110,8 +70,7 @@ def time_updates(config: Config, learners: int, updates: int) -> float:
     workers = [remote.remote(config, learners, seed) for seed in range(learners)]
     try:
         if learners > 1:
-            port = ray.get(workers[0].open_store.remote())
-            ray.get([worker.join.remote(rank, port) for rank, worker in enumerate(workers)])
+            form_data_parallel_group(workers)
         seconds = ray.get([worker.time_updates.remote(updates) for worker in workers])
     finally:
         for worker in workers:

@@ -22,12 +22,15 @@ import torch
 from drlcli.algos.flash_sac.algorithm import flash_sac_actor_spec
 from drlcli.algos.flash_sac.learner import FlashSACLearner
 from drlcli.algos.flash_sac.replay import TransitionReplay
-from drlcli.config import load_config
+from drlcli.config import Config, load_config
 from drlcli.envs import env_facts, make_env
 
 
-def measure(path: Path, updates: int, threads: int) -> float:
-    config = load_config(path)
+def random_learner(
+    config: Config, total_updates: int, learners: int = 1, seed: int = 0
+) -> tuple[FlashSACLearner, TransitionReplay]:
+    """A CPU learner of ``config``'s sizes (initialised from seed 0, the same in every call) and
+    a replay buffer of random transitions for it, drawn from ``seed``."""
     params = config.algo_params
     facts = env_facts(make_env(config.env.id))
     spec = flash_sac_actor_spec(params, facts.action_low, facts.action_high)
@@ -39,11 +42,12 @@ def measure(path: Path, updates: int, threads: int) -> float:
         facts.action_high,
         params,
         config.gamma,
-        total_updates=10 * updates,
+        total_updates=total_updates,
+        learners=learners,
     )
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
     size = max(params.batch_size * 4, 4096)
-    replay = TransitionReplay(size, facts.obs_dim, facts.action_dim)
+    replay = TransitionReplay(size, facts.obs_dim, facts.action_dim, seed)
     replay.add(
         rng.normal(size=(size, facts.obs_dim)),
         rng.uniform(facts.action_low, facts.action_high, (size, facts.action_dim)),
@@ -51,12 +55,19 @@ def measure(path: Path, updates: int, threads: int) -> float:
         rng.normal(size=(size, facts.obs_dim)),
         rng.random(size) < 0.01,
     )
+    return learner, replay
+
+
+def measure(path: Path, updates: int, threads: int) -> float:
+    config = load_config(path)
+    batch_size = config.algo_params.batch_size
+    learner, replay = random_learner(config, total_updates=10 * updates)
     torch.set_num_threads(threads)
     for _ in range(4):
-        learner.update(replay.sample(params.batch_size, 1.0, learner.device))
+        learner.update(replay.sample(batch_size, 1.0, learner.device))
     started = time.perf_counter()
     for _ in range(updates):
-        learner.update(replay.sample(params.batch_size, 1.0, learner.device))
+        learner.update(replay.sample(batch_size, 1.0, learner.device))
     return updates / (time.perf_counter() - started)
 
 
