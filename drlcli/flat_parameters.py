@@ -12,8 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
+
+# The kernel behind torch.optim.Adam(fused=True); private, hence looked up, not assumed.
+_FUSED_ADAM = getattr(torch, "_fused_adam_", None)
 
 
 class FlatParameters:
@@ -53,12 +57,64 @@ class FlatParameters:
     def zero_grad(self) -> None:
         self.grads.zero_()
 
-    def clip_grad_norm(self, max_norm: float) -> torch.Tensor:
+    def clip_grad_norm(self, max_norm: float) -> torch.Tensor | float:
         """Scale the gradients so their global L2 norm is at most ``max_norm`` (as
-        ``torch.nn.utils.clip_grad_norm_``); returns the norm before clipping (0-d tensor)."""
+        ``torch.nn.utils.clip_grad_norm_``); returns the norm before clipping: a float on CPU
+        (computed in numpy, a few microseconds instead of torch's ~35), a 0-d tensor elsewhere
+        (no device synchronisation)."""
+        if self.grads.device.type == "cpu":
+            grads = self.grads.numpy()
+            norm = float(np.sqrt(np.dot(grads, grads)))
+            scale = max_norm / (norm + 1e-6)
+            if not scale >= 1.0:  # a NaN norm spreads to every gradient, as in torch
+                grads *= scale
+            return norm
         norm = torch.linalg.vector_norm(self.grads)
         self.grads.mul_(torch.clamp(max_norm / (norm + 1e-6), max=1.0))
         return norm
+
+    def adam_step(self, optimizer: torch.optim.Adam) -> None:
+        """``optimizer.step()`` of a fused Adam over :attr:`values`, bit for bit, without the
+        optimiser's Python dispatch (about 75 us of a 85 us step on CPU, where PPO makes 320
+        steps a round): its own ``torch._fused_adam_`` kernel on its own state. The first step
+        (which creates the state), another Adam variant, a tensor learning rate or a torch
+        without that kernel go through ``optimizer.step()``.
+        """
+        group = optimizer.param_groups[0]
+        state = optimizer.state.get(self.values)
+        if (
+            not state
+            or _FUSED_ADAM is None
+            or not group.get("fused")
+            or group["params"] != [self.values]
+            or group["amsgrad"]
+            or group["maximize"]
+            or group["weight_decay"]
+            or group.get("decoupled_weight_decay")
+            or isinstance(group["lr"], torch.Tensor)
+        ):
+            optimizer.step()
+            return
+        beta1, beta2 = group["betas"]
+        with torch.no_grad():
+            state["step"] += 1
+            _FUSED_ADAM(
+                [self.values],
+                [self.grads],
+                [state["exp_avg"]],
+                [state["exp_avg_sq"]],
+                [],
+                [state["step"]],
+                amsgrad=False,
+                lr=group["lr"],
+                beta1=float(beta1),
+                beta2=float(beta2),
+                weight_decay=0.0,
+                eps=group["eps"],
+                maximize=False,
+                grad_scale=None,
+                found_inf=None,
+            )
 
     def check_views(self) -> bool:
         """Whether every parameter and gradient still lives in the flat buffers."""

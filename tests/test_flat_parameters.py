@@ -53,12 +53,63 @@ def test_training_matches_per_tensor_clipping_and_adam():
         reference_norm = nn.utils.clip_grad_norm_(reference.parameters(), 0.5)
         reference_adam.step()
 
-        assert norm.item() == pytest.approx(reference_norm.item(), rel=1e-5)
-        assert norm.item() > 0.5
+        assert norm == pytest.approx(reference_norm.item(), rel=1e-5)
+        assert norm > 0.5
         for ours, theirs in zip(model.parameters(), reference.parameters(), strict=True):
             torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
             torch.testing.assert_close(ours.grad, theirs.grad, rtol=1e-5, atol=1e-6)
     assert torch.linalg.vector_norm(flat.grads).item() == pytest.approx(0.5, rel=1e-4)
+
+
+@pytest.mark.parametrize("kernel_available", [True, False])
+def test_adam_step_is_optimizer_step_bit_for_bit(monkeypatch, kernel_available):
+    import drlcli.flat_parameters as flat_module
+
+    kernel_calls = []
+    if kernel_available:
+        kernel = flat_module._FUSED_ADAM
+        assert kernel is not None, "this torch has no torch._fused_adam_"
+
+        def counted(*args, **kwargs):
+            kernel_calls.append(1)
+            return kernel(*args, **kwargs)
+
+        monkeypatch.setattr(flat_module, "_FUSED_ADAM", counted)
+    else:
+        monkeypatch.setattr(flat_module, "_FUSED_ADAM", None)
+    models = [_model(), _model()]
+    flats = [FlatParameters(list(model.parameters())) for model in models]
+    adams = [torch.optim.Adam([f.values], lr=1e-2, eps=1e-5, fused=True) for f in flats]
+    for step in range(6):
+        for model, flat in zip(models, flats, strict=True):
+            flat.zero_grad()
+            _loss(model, step).backward()
+        for adam in adams:
+            adam.param_groups[0]["lr"] = 1e-2 * (1 - step / 6)  # as PPO's annealing moves it
+        adams[0].step()
+        flats[1].adam_step(adams[1])
+        assert torch.equal(flats[0].values, flats[1].values)
+    states = [adam.state_dict()["state"][0] for adam in adams]
+    for key in ("step", "exp_avg", "exp_avg_sq"):
+        assert torch.equal(states[0][key], states[1][key])
+    assert float(states[1]["step"]) == 6
+    assert len(kernel_calls) == (5 if kernel_available else 0)  # the first step creates state
+
+
+def test_adam_step_defers_to_the_optimizer_for_variants_it_does_not_cover():
+    reference, model = _model(), _model()
+    flats = [FlatParameters(list(m.parameters())) for m in (reference, model)]
+    adams = [
+        torch.optim.Adam([f.values], lr=1e-2, weight_decay=0.1, amsgrad=True, fused=True)
+        for f in flats
+    ]
+    for step in range(3):
+        for m, flat in zip((reference, model), flats, strict=True):
+            flat.zero_grad()
+            _loss(m, step).backward()
+        adams[0].step()
+        flats[1].adam_step(adams[1])
+    assert torch.equal(flats[0].values, flats[1].values)
 
 
 def test_load_state_dict_keeps_the_views():

@@ -66,6 +66,22 @@ def test_stored_log_prob_gives_ratio_exactly_one(rollout_actor, learner):
     torch.testing.assert_close(ratio, torch.ones_like(ratio), rtol=0, atol=1e-6)
 
 
+def test_the_numpy_rollout_samples_what_the_torch_modules_would():
+    # The built-in networks run in numpy in the rollout (closed_form.DenseNetwork); with the
+    # modules instead, the same seed draws the same noise and gives the same trajectory.
+    state = Learner(SPEC, obs_dim=4, action_dim=1, params=PARAMS, seed=2).network_state()
+    trajectories = []
+    for dense in (True, False):
+        actor = MuJoCoActor(0, ENV, SPEC, PARAMS, gamma=0.99)
+        assert actor.dense_policy_mean is not None and actor.dense_value is not None
+        if not dense:
+            actor.dense_policy_mean = actor.dense_value = None
+        trajectories.append(actor.sample(state, 60, 0.99, 0.95, None)[0])
+        actor.close()
+    for key in trajectories[0]:
+        np.testing.assert_allclose(trajectories[0][key], trajectories[1][key], rtol=1e-4, atol=1e-5)
+
+
 def test_one_obs_rms_state_for_the_whole_rollout_and_incremental_moments(rollout_actor, learner):
     state = RmsState(
         mean=np.array([0.1, -0.2, 0.3, 0.0]), var=np.array([4.0, 1.0, 0.25, 9.0]), count=1e6

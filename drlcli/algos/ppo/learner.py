@@ -18,6 +18,7 @@ import torch
 from drlcli.actors.contract import validate_on_policy_actor
 from drlcli.actors.spec import ActorSpec, build_policy_actor
 from drlcli.algos.ppo.buffer import ReplayBuffer
+from drlcli.algos.ppo.closed_form import ClosedFormGradients
 from drlcli.algos.ppo.networks import ValueNetwork
 from drlcli.algos.ppo.params import PPOParams
 from drlcli.errors import CheckpointError, PolicyActorContractError, TrainingError
@@ -78,9 +79,10 @@ def standardize_advantages(advantages: torch.Tensor) -> torch.Tensor:
     return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
 
 
-def approx_kl(logratio: torch.Tensor) -> torch.Tensor:
+def approx_kl(logratio: torch.Tensor | np.ndarray) -> float:
     """``E[(r - 1) - log r]``: the k3 estimator of KL(old || new), >= 0 (Schulman 2020)."""
-    return (logratio.exp() - 1 - logratio).mean()
+    ratio = np.exp(logratio) if isinstance(logratio, np.ndarray) else logratio.exp()
+    return float((ratio - 1 - logratio).mean())
 
 
 class Learner:
@@ -92,6 +94,9 @@ class Learner:
         params: PPO hyper-parameters.
         device: torch device of the networks.
         seed: seeds the network initialisation and the minibatch shuffling.
+        closed_form: compute the built-in networks' gradients in closed form
+            (``closed_form.py``, the same maths without autograd's per-operation cost);
+            False, or a custom policy actor, uses autograd.
     """
 
     def __init__(
@@ -102,6 +107,7 @@ class Learner:
         params: PPOParams,
         device: str = "cpu",
         seed: int = 0,
+        closed_form: bool = True,
     ) -> None:
         torch.manual_seed(seed)
         self.params = params
@@ -117,6 +123,11 @@ class Learner:
         self.flat = FlatParameters([*self.actor.parameters(), *self.value_network.parameters()])
         self.optimizer = torch.optim.Adam(
             [self.flat.values], lr=params.learning_rate, eps=1e-5, fused=True
+        )
+        self.closed_form = (
+            ClosedFormGradients.for_networks(self.actor, self.value_network)
+            if closed_form
+            else None
         )
         self.buffer = ReplayBuffer()
         self.shuffle_generator = torch.Generator().manual_seed(seed)
@@ -193,8 +204,7 @@ class Learner:
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate
         minibatch_size = max(1, buffer_size // p.num_minibatches)
-        sums = torch.zeros(4, device=self.device)  # policy loss, value loss, entropy, grad norm
-        minibatches = 0
+        stat_rows = []  # per minibatch: policy loss, value loss, entropy, gradient norm
         epochs_done = 0
         stop = False
         num_minibatches = buffer_size // minibatch_size  # a remainder is left out
@@ -202,32 +212,45 @@ class Learner:
         for _epoch in range(p.num_epochs):
             order = torch.randperm(buffer_size, generator=self.shuffle_generator).to(self.device)
             shuffled = [column[order] for column in columns]  # one gather per column and epoch
+            if self.closed_form is not None:
+                shuffled = [column.numpy() for column in shuffled]  # views, no copies
             for start in range(0, num_minibatches * minibatch_size, minibatch_size):
                 mb_obs, mb_actions, mb_logp_old, mb_values_old, mb_returns, mb_adv = (
                     column[start : start + minibatch_size] for column in shuffled
                 )
-                new_logprob, entropy = self.actor.log_prob_and_entropy(mb_obs, mb_actions)
-                loss, stats = ppo_loss(
-                    new_logprob=new_logprob,
-                    entropy=entropy,
-                    new_value=self.value_network(mb_obs),
-                    old_logprob=mb_logp_old,
-                    old_value=mb_values_old,
-                    advantages=mb_adv,
-                    returns=mb_returns,
-                    params=p,
-                )
-                self.flat.zero_grad()
-                loss.backward()
+                if self.closed_form is not None:
+                    stats = self.closed_form.compute(
+                        obs=mb_obs,
+                        actions=mb_actions,
+                        old_logprob=mb_logp_old,
+                        old_value=mb_values_old,
+                        advantages=mb_adv,
+                        returns=mb_returns,
+                        params=p,
+                    )
+                else:
+                    new_logprob, entropy = self.actor.log_prob_and_entropy(mb_obs, mb_actions)
+                    loss, stats = ppo_loss(
+                        new_logprob=new_logprob,
+                        entropy=entropy,
+                        new_value=self.value_network(mb_obs),
+                        old_logprob=mb_logp_old,
+                        old_value=mb_values_old,
+                        advantages=mb_adv,
+                        returns=mb_returns,
+                        params=p,
+                    )
+                    self.flat.zero_grad()
+                    loss.backward()
                 grad_norm = self.flat.clip_grad_norm(p.max_grad_norm)
-                self.optimizer.step()
+                self.flat.adam_step(self.optimizer)
                 self.actor.normalize_parameters()
 
-                sums += torch.stack(
-                    [stats["pg_loss"], stats["v_loss"], stats["entropy_loss"], grad_norm]
+                # Tensors stay tensors until the end: no device synchronisation per minibatch.
+                stat_rows.append(
+                    (stats["pg_loss"], stats["v_loss"], stats["entropy_loss"], grad_norm)
                 )
-                minibatches += 1
-                if p.target_kl is not None and approx_kl(stats["logratio"]).item() > p.target_kl:
+                if p.target_kl is not None and approx_kl(stats["logratio"]) > p.target_kl:
                     stop = True  # KL early stop: the policy moved far enough this round
                     break
             epochs_done += 1
@@ -240,7 +263,7 @@ class Learner:
                 "(e.g. `p.data = ...` in normalize_parameters); update parameters in place "
                 "(`p.copy_(...)` under torch.no_grad())"
             )
-        means = (sums / max(minibatches, 1)).tolist()
+        means = [float(sum(column)) / len(stat_rows) for column in zip(*stat_rows, strict=True)]
         quantities = ("policy loss", "value loss", "entropy", "gradient norm")
         non_finite = [
             f"{q} {m}" for q, m in zip(quantities, means, strict=True) if not np.isfinite(m)
@@ -253,7 +276,7 @@ class Learner:
         with torch.no_grad():  # how far the round's update moved the policy, on all its data
             new_logprob, _ = self.actor.log_prob_and_entropy(obs, actions)
             logratio = new_logprob - logp_old
-            kl = approx_kl(logratio).item()
+            kl = approx_kl(logratio)
             clip_fraction = ((logratio.exp() - 1).abs() > p.clip_coef).float().mean().item()
             predicted = self.value_network(obs)
             residual_var = torch.var(returns - predicted)

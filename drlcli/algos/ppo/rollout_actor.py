@@ -12,7 +12,9 @@ import numpy as np
 import torch
 
 from drlcli.actors.contract import validate_on_policy_actor
+from drlcli.actors.gaussian import GaussianPolicyActor
 from drlcli.actors.spec import ActorSpec, build_policy_actor
+from drlcli.algos.ppo.closed_form import DenseNetwork, array_view, gaussian_log_prob
 from drlcli.algos.ppo.networks import ValueNetwork
 from drlcli.algos.ppo.params import PPOParams
 from drlcli.config import EnvConfig
@@ -57,6 +59,15 @@ class MuJoCoActor:
         )
         validate_on_policy_actor(self.actor, facts.obs_dim, facts.action_dim)
         self.value_network = ValueNetwork(facts.obs_dim, params.hidden_sizes, params.activation)
+        # The built-in networks run in numpy on their parameters' memory, as the learner's
+        # closed-form update does (closed_form.py): a torch call per layer costs more than the
+        # layer's arithmetic at this size. A custom actor runs as its own module.
+        self.dense_value = DenseNetwork.of(self.value_network.network)
+        self.dense_policy_mean = (
+            DenseNetwork.of(self.actor.mean_network)
+            if type(self.actor) is GaussianPolicyActor
+            else None
+        )
         self.reward_scaler = (
             RewardScaler(env_config.num_envs, gamma) if params.normalize_rewards else None
         )
@@ -111,13 +122,12 @@ class MuJoCoActor:
             for t in range(steps):
                 raw_obs[t] = self.envs.obs
                 obs[t] = normalize_observation(self.envs.obs, rms, clip)
-                obs_tensor = torch.from_numpy(obs[t])
-                sampled, info = self.actor(obs_tensor, training=False)
-                values[t] = self.value_network(obs_tensor).numpy()
+                sampled, logps[t] = self._sample_actions(obs[t])
+                values[t] = self._values(obs[t])
                 policy_action, env_action = prepare_action(
-                    sampled.numpy(), self.action_low, self.action_high
+                    sampled, self.action_low, self.action_high
                 )
-                actions[t], logps[t] = policy_action, info["log_prob"].numpy()
+                actions[t] = policy_action
                 step = self.envs.step(env_action)
                 rewards[t], terminated[t], truncated[t] = (
                     step.rewards,
@@ -134,13 +144,11 @@ class MuJoCoActor:
                 if step.truncated.any():
                     # V(final pre-reset observation): the truncation bootstrap of compute_gae.
                     final = normalize_observation(step.final_obs[step.truncated], rms, clip)
-                    next_values[t, step.truncated] = self.value_network(
-                        torch.from_numpy(final)
-                    ).numpy()
+                    next_values[t, step.truncated] = self._values(final)
                 episode_returns += step.finished_returns
                 episode_lengths += step.finished_lengths
             last_obs = normalize_observation(self.envs.obs, rms, clip)
-            last_values = self.value_network(torch.from_numpy(last_obs)).numpy()
+            last_values = self._values(last_obs)
 
         # Where the episode went on, V(s_{t+1}) is the next step's value estimate.
         following = np.concatenate([values[1:], last_values[None]], axis=0)
@@ -170,6 +178,25 @@ class MuJoCoActor:
             ),
         }
         return trajectory, stats
+
+    def _sample_actions(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Raw policy actions ``[N, A]`` for normalised observations ``[N, O]`` (float32) and
+        their log-probabilities ``[N]``."""
+        if self.dense_policy_mean is None:
+            sampled, info = self.actor(torch.from_numpy(obs), training=False)
+            return sampled.numpy(), info["log_prob"].numpy()
+        mean = self.dense_policy_mean.forward(obs)[-1]
+        log_std = array_view(self.actor.log_std)
+        # torch's generator, as the module's randn_like(mean) would draw: the same noise.
+        noise = torch.randn(mean.shape).numpy()
+        sampled = mean + np.exp(log_std) * noise
+        return sampled, gaussian_log_prob(sampled, mean, log_std)
+
+    def _values(self, obs: np.ndarray) -> np.ndarray:
+        """``V(obs)`` ``[N]`` of normalised observations ``[N, O]`` (float32)."""
+        if self.dense_value is None:
+            return self.value_network(torch.from_numpy(obs)).numpy()
+        return self.dense_value.forward(obs)[-1][:, 0]
 
     def restore_reward_scaler(self, state: dict[str, Any] | None) -> None:
         if self.reward_scaler is not None:
