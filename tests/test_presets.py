@@ -28,7 +28,7 @@ def test_presets_lists_every_preset_with_its_task_budget_and_measured_result():
         assert config.env.id in row and config.algo in row
         assert f"{config.total_env_steps:,}" in row
     hopper = find_preset("hopper_ppo")
-    assert hopper is not None and hopper.measured.startswith("return 3355")
+    assert hopper is not None and hopper.measured.startswith("return 3330")
     assert "return 3355" in result.stdout
 
 
