@@ -29,7 +29,7 @@ def test_presets_lists_every_preset_with_its_task_budget_and_measured_result():
         assert f"{config.total_env_steps:,}" in row
     hopper = find_preset("hopper_ppo")
     assert hopper is not None and hopper.measured.startswith("return 3330")
-    assert "return 3355" in result.stdout
+    assert "return 3330" in result.stdout
 
 
 def test_the_readme_preset_table_matches_the_presets():
