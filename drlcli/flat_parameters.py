@@ -86,7 +86,10 @@ class FlatParameters:
             not state
             or _FUSED_ADAM is None
             or not group.get("fused")
-            or group["params"] != [self.values]
+            or len(optimizer.param_groups) != 1
+            or len(group["params"]) != 1
+            or group["params"][0] is not self.values
+            or group.get("differentiable")
             or group["amsgrad"]
             or group["maximize"]
             or group["weight_decay"]

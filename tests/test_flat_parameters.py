@@ -112,6 +112,20 @@ def test_adam_step_defers_to_the_optimizer_for_variants_it_does_not_cover():
     assert torch.equal(flats[0].values, flats[1].values)
 
 
+def test_adam_step_defers_to_the_optimizer_when_it_holds_other_tensors():
+    model = _model()
+    flat = FlatParameters(list(model.parameters()))
+    other = torch.zeros(3, requires_grad=True)
+    other.grad = torch.ones(3)
+    adam = torch.optim.Adam([flat.values, other], lr=0.1, fused=True)
+    for step in range(2):
+        flat.zero_grad()
+        _loss(model, step).backward()
+        flat.adam_step(adam)
+    assert float(adam.state[other]["step"]) == 2  # stepped by optimizer.step(), every tensor
+    assert not torch.equal(other, torch.zeros(3))
+
+
 def test_load_state_dict_keeps_the_views():
     model = _model()
     flat = FlatParameters(list(model.parameters()))
