@@ -111,7 +111,8 @@ def check_every_node(config: Config, builder: str) -> int:
             lines = [line for line in str(error).splitlines() if line.strip()]
             problem = f"cannot start a process there ({lines[-1].strip() if lines else error})"
         if problem is not None:
-            for other in pending:
-                ray.cancel(other, force=True)
+            # The other probes are left to finish (they hold no CPU) or to go with the driver:
+            # force-cancelling a probe whose reply is on its way crashes Ray 2.60's core worker
+            # ("Tried to complete task that was not pending"), seen in CI.
             raise ConfigError(f"{where}: {problem}")
     return len(nodes)
