@@ -38,35 +38,24 @@ def _learner(params: PPOParams, closed_form: bool) -> Learner:
     return Learner(spec, OBS_DIM, ACTION_DIM, params, seed=3, closed_form=closed_form)
 
 
-def _autograd_gradients(learner: Learner, batch: dict[str, np.ndarray], params: PPOParams):
-    data = {k: torch.from_numpy(v) for k, v in batch.items()}
-    new_logprob, entropy = learner.actor.log_prob_and_entropy(data["obs"], data["act"])
-    loss, stats = ppo_loss(
-        new_logprob=new_logprob,
-        entropy=entropy,
-        new_value=learner.value_network(data["obs"]),
-        old_logprob=data["logp"],
-        old_value=data["value"],
-        advantages=data["adv"],
-        returns=data["ret"],
-        params=params,
-    )
-    learner.flat.zero_grad()
-    loss.backward()
-    return learner.flat.grads.clone(), stats
-
-
-def _closed_form_gradients(learner: Learner, batch: dict[str, np.ndarray], params: PPOParams):
+def _gradients(learner: Learner, batch: dict[str, np.ndarray], closed_form: bool):
+    """``learner.minibatch_gradients`` on ``batch``, in closed form or by autograd (the same
+    learner, so the same parameters): ``(flat gradient, stats)``."""
+    built = learner.closed_form
+    learner.closed_form = built if closed_form else None
     learner.flat.grads.fill_(float("nan"))  # every gradient must be written, none accumulated
-    stats = learner.closed_form.compute(
-        obs=batch["obs"],
-        actions=batch["act"],
-        old_logprob=batch["logp"],
-        old_value=batch["value"],
-        advantages=batch["adv"],
-        returns=batch["ret"],
-        params=params,
-    )
+    convert = np.asarray if closed_form else torch.from_numpy
+    try:
+        stats = learner.minibatch_gradients(
+            obs=convert(batch["obs"]),
+            actions=convert(batch["act"]),
+            old_logprob=convert(batch["logp"]),
+            old_value=convert(batch["value"]),
+            advantages=convert(batch["adv"]),
+            returns=convert(batch["ret"]),
+        )
+    finally:
+        learner.closed_form = built
     return learner.flat.grads.clone(), stats
 
 
@@ -87,8 +76,8 @@ def test_gradients_equal_autograds(params):
         learner.actor.log_std.add_(torch.linspace(-0.3, 0.4, ACTION_DIM))
     for seed in range(3):
         batch = _batch(seed)
-        expected, expected_stats = _autograd_gradients(learner, batch, params)
-        got, stats = _closed_form_gradients(learner, batch, params)
+        expected, expected_stats = _gradients(learner, batch, closed_form=False)
+        got, stats = _gradients(learner, batch, closed_form=True)
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-6)
         for name in ("pg_loss", "v_loss", "entropy_loss"):
             assert stats[name] == pytest.approx(float(expected_stats[name]), rel=1e-5, abs=1e-7)
@@ -110,8 +99,8 @@ def test_value_clipping_ties_match_autograd():
         value_now = learner.value_network(torch.from_numpy(batch["obs"])).numpy()
     batch["value"] = value_now - np.linspace(-1.0, 1.0, BATCH, dtype=np.float32)
     batch["value"][:12] = value_now[:12]
-    expected, _ = _autograd_gradients(learner, batch, params)
-    got, _ = _closed_form_gradients(learner, batch, params)
+    expected, _ = _gradients(learner, batch, closed_form=False)
+    got, _ = _gradients(learner, batch, closed_form=True)
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-6)
 
 
@@ -166,8 +155,8 @@ def test_a_nan_advantage_makes_nan_gradients_as_autograd_does():
     learner = _learner(params, closed_form=True)
     batch = _batch(1)
     batch["adv"][5] = np.nan
-    expected, _ = _autograd_gradients(learner, batch, params)
-    got, stats = _closed_form_gradients(learner, batch, params)
+    expected, _ = _gradients(learner, batch, closed_form=False)
+    got, stats = _gradients(learner, batch, closed_form=True)
     assert np.isnan(stats["pg_loss"])
     assert torch.equal(torch.isnan(got), torch.isnan(expected))
     assert torch.isnan(got).any()

@@ -179,6 +179,36 @@ class Learner:
             self.buffer.add(trajectory)
         return len(self.buffer)
 
+    def minibatch_gradients(self, **minibatch: Any) -> dict[str, Any]:
+        """Write one minibatch's PPO-loss gradient into the parameters' ``.grad``: in closed form
+        for the built-in networks (numpy arrays in), by autograd otherwise (tensors in).
+
+        Args:
+            minibatch: ``obs, actions, old_logprob, old_value, advantages, returns`` (``ppo_loss``'s
+                shapes).
+
+        Returns:
+            ``ppo_loss``'s stats.
+        """
+        if self.closed_form is not None:
+            return self.closed_form.compute(**minibatch, params=self.params)
+        new_logprob, entropy = self.actor.log_prob_and_entropy(
+            minibatch["obs"], minibatch["actions"]
+        )
+        loss, stats = ppo_loss(
+            new_logprob=new_logprob,
+            entropy=entropy,
+            new_value=self.value_network(minibatch["obs"]),
+            old_logprob=minibatch["old_logprob"],
+            old_value=minibatch["old_value"],
+            advantages=minibatch["advantages"],
+            returns=minibatch["returns"],
+            params=self.params,
+        )
+        self.flat.zero_grad()
+        loss.backward()
+        return stats
+
     def train_step(self, fraction_done: float) -> tuple[dict[str, Any], dict[str, float]]:
         """One PPO update on the whole buffer, then clear it.
 
@@ -218,30 +248,14 @@ class Learner:
                 mb_obs, mb_actions, mb_logp_old, mb_values_old, mb_returns, mb_adv = (
                     column[start : start + minibatch_size] for column in shuffled
                 )
-                if self.closed_form is not None:
-                    stats = self.closed_form.compute(
-                        obs=mb_obs,
-                        actions=mb_actions,
-                        old_logprob=mb_logp_old,
-                        old_value=mb_values_old,
-                        advantages=mb_adv,
-                        returns=mb_returns,
-                        params=p,
-                    )
-                else:
-                    new_logprob, entropy = self.actor.log_prob_and_entropy(mb_obs, mb_actions)
-                    loss, stats = ppo_loss(
-                        new_logprob=new_logprob,
-                        entropy=entropy,
-                        new_value=self.value_network(mb_obs),
-                        old_logprob=mb_logp_old,
-                        old_value=mb_values_old,
-                        advantages=mb_adv,
-                        returns=mb_returns,
-                        params=p,
-                    )
-                    self.flat.zero_grad()
-                    loss.backward()
+                stats = self.minibatch_gradients(
+                    obs=mb_obs,
+                    actions=mb_actions,
+                    old_logprob=mb_logp_old,
+                    old_value=mb_values_old,
+                    advantages=mb_adv,
+                    returns=mb_returns,
+                )
                 grad_norm = self.flat.clip_grad_norm(p.max_grad_norm)
                 self.flat.adam_step(self.optimizer)
                 self.actor.normalize_parameters()

@@ -68,6 +68,8 @@ class MuJoCoActor:
             if type(self.actor) is GaussianPolicyActor
             else None
         )
+        if self.dense_policy_mean is not None:
+            self.log_std = array_view(self.actor.log_std)  # load_state_dict writes in place
         self.reward_scaler = (
             RewardScaler(env_config.num_envs, gamma) if params.normalize_rewards else None
         )
@@ -186,11 +188,10 @@ class MuJoCoActor:
             sampled, info = self.actor(torch.from_numpy(obs), training=False)
             return sampled.numpy(), info["log_prob"].numpy()
         mean = self.dense_policy_mean.forward(obs)[-1]
-        log_std = array_view(self.actor.log_std)
         # torch's generator, as the module's randn_like(mean) would draw: the same noise.
         noise = torch.randn(mean.shape).numpy()
-        sampled = mean + np.exp(log_std) * noise
-        return sampled, gaussian_log_prob(sampled, mean, log_std)
+        sampled = mean + np.exp(self.log_std) * noise
+        return sampled, gaussian_log_prob(sampled, mean, self.log_std)
 
     def _values(self, obs: np.ndarray) -> np.ndarray:
         """``V(obs)`` ``[N]`` of normalised observations ``[N, O]`` (float32)."""
