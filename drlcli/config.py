@@ -350,6 +350,10 @@ def _coerce(value: Any, type_: Any, path: str) -> Any:
 def _check_bounds(value: Any, metadata: Any, path: str) -> None:
     if value is None or not metadata:
         return
+    if isinstance(value, tuple):  # a list field's constraint holds for each of its items
+        for index, item in enumerate(value):
+            _check_bounds(item, metadata, f"{path}[{index}]")
+        return
     if "min" in metadata and value < metadata["min"]:
         raise ConfigError(f"{path}: must be a positive integer, got {value}")
     if "choices" in metadata and value not in metadata["choices"]:

@@ -251,6 +251,37 @@ def test_resume_refuses_other_env_kwargs(tmp_path, checkpoint_file):
     assert not (tmp_path / "out").exists()
 
 
+def test_resume_refuses_other_value_network_widths(tmp_path, checkpoint_file):
+    from drlcli.checkpoint import EnvRecord
+    from drlcli.config import load_config
+    from drlcli.errors import ConfigError
+    from drlcli.runtime.training import _load_for_resume, train
+
+    path = checkpoint_file()  # trained with hidden_sizes [8, 8] for both networks
+    before = path.read_bytes()
+    config_path = tmp_path / "fixture.yaml"
+    config_path.write_text(
+        "env: {id: InvertedPendulum-v5}\n"
+        f"output_dir: {tmp_path / 'out'}\n"
+        "algo_params: {hidden_sizes: [8, 8], value_hidden_sizes: [16]}\n"
+    )
+    with pytest.raises(
+        ConfigError, match=r"value network has hidden layers \[8, 8\], the config builds \[16\]"
+    ):
+        train(load_config(config_path), resume=path, quiet=True)
+    assert path.read_bytes() == before
+    assert not (tmp_path / "out").exists()
+
+    # The same widths written out explicitly are the same network.
+    config_path.write_text(
+        "env: {id: InvertedPendulum-v5}\n"
+        "algo_params: {hidden_sizes: [8, 8], value_hidden_sizes: [8, 8]}\n"
+    )
+    payload = load_payload(path)
+    facts = EnvRecord(**payload["env"]).facts()
+    _load_for_resume(path, load_config(config_path), payload["actor_semantics"], facts)
+
+
 def test_resume_accepts_reward_scalers_that_are_null_or_moments(tmp_path, checkpoint_file):
     from drlcli.checkpoint import EnvRecord
     from drlcli.config import load_config

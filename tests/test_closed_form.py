@@ -65,10 +65,13 @@ CASES = [
     PPOParams(activation="relu", hidden_sizes=(32,)),
     PPOParams(activation="elu", hidden_sizes=(8, 16, 8), clip_value_loss=True),
     PPOParams(hidden_sizes=(), init_log_std=-0.5),
+    PPOParams(hidden_sizes=(16,), value_hidden_sizes=(32, 24)),
 ]
 
 
-@pytest.mark.parametrize("params", CASES, ids=lambda p: f"{p.activation}{p.hidden_sizes}")
+@pytest.mark.parametrize(
+    "params", CASES, ids=lambda p: f"{p.activation}{p.hidden_sizes}{p.value_hidden_sizes or ''}"
+)
 def test_gradients_equal_autograds(params):
     learner = _learner(params, closed_form=True)
     assert learner.closed_form is not None

@@ -67,6 +67,14 @@ def test_values_are_read_and_converted(write_config):
         ("algo_params: {activation: sigmoid}\n", "algo_params.activation: expected one of"),
         ("algo_params: {hidden_sizes: 64}\n", "algo_params.hidden_sizes: expected a list"),
         ("algo_params: {hidden_sizes: [64, x]}\n", "algo_params.hidden_sizes[1]: expected int"),
+        (
+            "algo_params: {hidden_sizes: [64, 0]}\n",
+            "algo_params.hidden_sizes[1]: must be a positive integer, got 0",
+        ),
+        (
+            "algo_params: {value_hidden_sizes: [-256]}\n",
+            "algo_params.value_hidden_sizes[0]: must be a positive integer, got -256",
+        ),
         ("env: Hopper-v5\n", "env: expected a mapping, got 'Hopper-v5'"),
         ("algo: dqn\n", "algo: unknown algorithm 'dqn'; choose one of: flash_sac, ppo"),
         ("name: 'a b'\n", "name: 'a b' cannot name output files"),

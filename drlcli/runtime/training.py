@@ -46,6 +46,7 @@ from drlcli.config import Config
 from drlcli.envs import EnvFacts, env_facts, make_env
 from drlcli.errors import (
     CheckpointError,
+    ConfigError,
     DrlError,
     StorageError,
     TrainingError,
@@ -306,6 +307,10 @@ def _load_for_resume(
     validate_actor_semantics(checkpoint.actor_semantics, semantics, source=str(path))
     check_fits(checkpoint, facts, str(path), config=config)
     validate_learner_states(checkpoint.learner_states, checkpoint.algorithm, source=str(path))
+    for index, state in enumerate(checkpoint.learner_states):
+        problem = checkpoint.algorithm.check_resume(config.algo_params, state)
+        if problem is not None:
+            raise ConfigError(f"{path}: cannot resume: learner_states[{index}]: {problem}")
     return checkpoint
 
 

@@ -44,6 +44,25 @@ def reward_scalers_problem(state: dict[str, Any]) -> str | None:
     return None
 
 
+def value_network_problem(params: PPOParams, state: dict[str, Any]) -> str | None:
+    """What keeps a stored learner state's value network from the widths ``params`` build
+    (``value_hidden_sizes``, else ``hidden_sizes``), or None; the policy's widths are in the
+    actor semantics."""
+    value = state["value"]
+    if not isinstance(value, dict) or not all(hasattr(t, "shape") for t in value.values()):
+        return "its value network is not a state dict of tensors; the file is damaged"
+    weights = [tensor for name, tensor in value.items() if str(name).endswith("weight")]
+    stored = [int(weight.shape[0]) for weight in weights[:-1]]
+    wanted = list(params.value_network_hidden_sizes)
+    if stored == wanted:
+        return None
+    return (
+        f"its value network has hidden layers {stored}, the config builds {wanted} "
+        "(algo_params.value_hidden_sizes, else hidden_sizes): resume with the widths it was "
+        "trained with"
+    )
+
+
 def check_actor(actor: Any, obs_dim: int, action_dim: int) -> None:
     """PPO's learner calls ``log_prob_and_entropy`` (``OnPolicyActor`` in the contract)."""
     from drlcli.actors.contract import validate_on_policy_actor
@@ -87,6 +106,7 @@ PPO = Algorithm(
         params.observation_clip if params.normalize_observations else None
     ),
     check_learner_state=reward_scalers_problem,
+    check_resume=value_network_problem,
     check_actor=check_actor,
     memory_needs=ppo_memory_needs,
 )

@@ -114,9 +114,9 @@ class Learner:
         self.device = torch.device(device)
         self.actor = build_policy_actor(actor_spec, obs_dim, action_dim, self.device)
         validate_on_policy_actor(self.actor, obs_dim, action_dim)
-        self.value_network = ValueNetwork(obs_dim, params.hidden_sizes, params.activation).to(
-            self.device
-        )
+        self.value_network = ValueNetwork(
+            obs_dim, params.value_network_hidden_sizes, params.activation
+        ).to(self.device)
         # Small networks make each minibatch step overhead-bound: with all parameters in one
         # flat tensor, zeroing, global gradient clipping and the (fused) Adam step are one
         # kernel each instead of one per parameter tensor.

@@ -38,8 +38,10 @@ class PPOParams:
     """End the round's update once a minibatch's approximate KL exceeds this; null: never."""
     normalize_advantages: bool = True
     """Standardise advantages over the whole round's data."""
-    hidden_sizes: tuple[int, ...] = (64, 64)
-    """Hidden layer widths of the policy and of the value network."""
+    hidden_sizes: tuple[int, ...] = field(default=(64, 64), metadata=positive())
+    """Hidden layer widths of the policy (and of the value network unless set below)."""
+    value_hidden_sizes: tuple[int, ...] | None = field(default=None, metadata=positive())
+    """Hidden layer widths of the value network; null: ``hidden_sizes``."""
     activation: str = field(default="tanh", metadata=one_of("tanh", "relu", "elu"))
     """Hidden nonlinearity of both networks."""
     init_log_std: float = 0.0
@@ -54,3 +56,8 @@ class PPOParams:
     """Divide rewards by the running std of the discounted return (per rollout actor)."""
     reward_clip: float = field(default=10.0, metadata=in_range(0.0, low_open=True))
     """Clip of scaled rewards."""
+
+    @property
+    def value_network_hidden_sizes(self) -> tuple[int, ...]:
+        """The value network's hidden widths: ``value_hidden_sizes``, else ``hidden_sizes``."""
+        return self.hidden_sizes if self.value_hidden_sizes is None else self.value_hidden_sizes

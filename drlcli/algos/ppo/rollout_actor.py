@@ -58,7 +58,9 @@ class MuJoCoActor:
             actor_spec, facts.obs_dim, facts.action_dim, "cpu", facts.action_low, facts.action_high
         )
         validate_on_policy_actor(self.actor, facts.obs_dim, facts.action_dim)
-        self.value_network = ValueNetwork(facts.obs_dim, params.hidden_sizes, params.activation)
+        self.value_network = ValueNetwork(
+            facts.obs_dim, params.value_network_hidden_sizes, params.activation
+        )
         # The built-in networks run in numpy on their parameters' memory, as the learner's
         # closed-form update does (closed_form.py): a torch call per layer costs more than the
         # layer's arithmetic at this size. A custom actor runs as its own module.
