@@ -3,9 +3,11 @@
     python scripts/bench/learning.py configs/quickstart.yaml --seeds 0 1 2
     python scripts/bench/learning.py configs/hopper_ppo.yaml --steps 1000000 --seeds 0 1 2
 
-For each seed: train (local Ray), then run the final checkpoint deterministically
-(transform(mean)) for --episodes episodes. Prints per-seed return and wall-clock, then the
-median over seeds. Outputs go to a temporary folder unless --output-dir is given.
+For each seed: train (local Ray), then run the final checkpoint and the best one (chosen by
+the run's periodic evaluations, or by training return without them) deterministically
+(transform(mean)) for --episodes episodes on environments seeded apart from the run's own
+evaluations. Prints per-seed returns and wall-clock, then the median and the worst seed of each.
+Outputs go to a temporary folder unless --output-dir is given.
 """
 
 from __future__ import annotations
@@ -50,22 +52,37 @@ def main() -> None:
         started = time.perf_counter()
         summary = train(config, quiet=True, console=Console(quiet=True))
         wall = time.perf_counter() - started
-        policy = load_play_actor(summary.checkpoint_path)
-        results = run_episodes(policy, args.episodes, seed=10_000 + seed, deterministic=True)
-        mean_return = statistics.fmean(r.episode_return for r in results)
-        rows.append((seed, summary.env_steps, wall, summary.last_return, mean_return))
+        final_return = _evaluate(summary.checkpoint_path, args.episodes, seed)
+        best_path = summary.best_checkpoint_path or summary.checkpoint_path
+        best_return = _evaluate(best_path, args.episodes, seed)
+        rows.append((seed, wall, final_return, best_return))
         console.print(
             f"seed {seed}: {summary.env_steps} env steps in {wall:.1f} s (Ray start included); "
-            f"last training return {summary.last_return:.1f}; deterministic evaluation "
-            f"return {mean_return:.1f} over {args.episodes} episodes",
+            f"last training return {summary.last_return:.1f}; deterministic evaluation over "
+            f"{args.episodes} episodes: final policy {final_return:.1f}, best checkpoint "
+            f"({summary.best_criterion}) {best_return:.1f}",
+            highlight=False,
+        )
+    seeds = [row[0] for row in rows]
+    for label, column in (("final policy", 2), ("best checkpoint", 3)):
+        returns = [row[column] for row in rows]
+        worst = min(range(len(rows)), key=lambda i: returns[i])
+        console.print(
+            f"{base.name} ({base.env.id}), {label}: median deterministic evaluation return "
+            f"{statistics.median(returns):.1f}, worst {returns[worst]:.1f} (seed {seeds[worst]}), "
+            f"returns {' / '.join(f'{r:.0f}' for r in returns)} over seeds {seeds}",
             highlight=False,
         )
     console.print(
-        f"{base.name} ({base.env.id}): median deterministic evaluation return "
-        f"{statistics.median(r[4] for r in rows):.1f}, median wall-clock "
-        f"{statistics.median(r[2] for r in rows):.1f} s over seeds {args.seeds}",
-        highlight=False,
+        f"median wall-clock {statistics.median(row[1] for row in rows):.1f} s", highlight=False
     )
+
+
+def _evaluate(checkpoint: Path, episodes: int, seed: int) -> float:
+    """Mean return of ``episodes`` deterministic episodes, seeded apart from training's own."""
+    policy = load_play_actor(checkpoint)
+    results = run_episodes(policy, episodes, seed=10_000 + seed, deterministic=True)
+    return statistics.fmean(result.episode_return for result in results)
 
 
 if __name__ == "__main__":
