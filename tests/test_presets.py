@@ -28,8 +28,8 @@ def test_presets_lists_every_preset_with_its_task_budget_and_measured_result():
         assert config.env.id in row and config.algo in row
         assert f"{config.total_env_steps:,}" in row
     hopper = find_preset("hopper_ppo")
-    assert hopper is not None and hopper.measured.startswith("return 3330")
-    assert "return 3330" in result.stdout
+    assert hopper is not None and hopper.measured.startswith("return 3504")
+    assert "return 3504" in result.stdout
 
 
 def test_the_readme_preset_table_matches_the_presets():

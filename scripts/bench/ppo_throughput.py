@@ -5,12 +5,13 @@
 
 Measures, in one run: (1) the single-process ``env.step`` rate with actions drawn before the
 timed loop (the baseline: the bare step loop, nothing else in it), (2) env steps per second of
-full PPO training with the preset (64x64 tanh, 2048 env steps per round, 10 epochs, 32
-minibatches), with periodic evaluation off and on (every --eval-every rounds, the preset's
-episodes): the steady-state rate, from the end of the first round to the end of the last
-(metrics and checkpoint writes between rounds count), and the end-to-end rate including Ray
-start-up and the final evaluation. Prints the ratio of the steady training SPS to the bare step
-rate of the same repeat, and of evaluation on to off; with --repeats the medians.
+full PPO training with the preset (64x64 tanh policy, 256x256 value network, 2048 env steps per
+round, 10 epochs, 32 minibatches; --config for another), with periodic evaluation off and on
+(every --eval-every rounds, the preset's episodes): the steady-state rate, from the end of the
+first round to the end of the last (metrics and checkpoint writes between rounds count), and the
+end-to-end rate including Ray start-up and the final evaluation. Prints the ratio of the steady
+training SPS to the bare step rate of the same repeat, and of evaluation on to off; with
+--repeats the medians.
 """
 
 from __future__ import annotations

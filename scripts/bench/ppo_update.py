@@ -84,7 +84,8 @@ def main() -> None:
         )
     print(
         f"{size} transitions, {params.num_epochs} epochs x {params.num_minibatches} minibatches, "
-        f"{list(params.hidden_sizes)} {params.activation}, median of {args.repeats}"
+        f"policy {list(params.hidden_sizes)}, value {list(params.value_network_hidden_sizes)} "
+        f"{params.activation}, median of {args.repeats}"
     )
 
 
