@@ -66,13 +66,15 @@ def test_stored_log_prob_gives_ratio_exactly_one(rollout_actor, learner):
     torch.testing.assert_close(ratio, torch.ones_like(ratio), rtol=0, atol=1e-6)
 
 
-def test_the_numpy_rollout_samples_what_the_torch_modules_would():
+@pytest.mark.parametrize("value_hidden_sizes", [None, (32, 8)])
+def test_the_numpy_rollout_samples_what_the_torch_modules_would(value_hidden_sizes):
     # The built-in networks run in numpy in the rollout (closed_form.DenseNetwork); with the
     # modules instead, the same seed draws the same noise and gives the same trajectory.
-    state = Learner(SPEC, obs_dim=4, action_dim=1, params=PARAMS, seed=2).network_state()
+    params = dataclasses.replace(PARAMS, value_hidden_sizes=value_hidden_sizes)
+    state = Learner(SPEC, obs_dim=4, action_dim=1, params=params, seed=2).network_state()
     trajectories = []
     for dense in (True, False):
-        actor = MuJoCoActor(0, ENV, SPEC, PARAMS, gamma=0.99)
+        actor = MuJoCoActor(0, ENV, SPEC, params, gamma=0.99)
         assert actor.dense_policy_mean is not None and actor.dense_value is not None
         if not dense:
             actor.dense_policy_mean = actor.dense_value = None
