@@ -53,8 +53,10 @@ def main() -> None:
         summary = train(config, quiet=True, console=Console(quiet=True))
         wall = time.perf_counter() - started
         final_return = _evaluate(summary.checkpoint_path, args.episodes, seed)
-        best_path = summary.best_checkpoint_path or summary.checkpoint_path
-        best_return = _evaluate(best_path, args.episodes, seed)
+        best_path = summary.best_checkpoint_path
+        best_return = (
+            final_return if best_path is None else _evaluate(best_path, args.episodes, seed)
+        )
         rows.append((seed, wall, final_return, best_return))
         console.print(
             f"seed {seed}: {summary.env_steps} env steps in {wall:.1f} s (Ray start included); "
