@@ -6,6 +6,7 @@ import dataclasses
 import datetime
 import math
 import multiprocessing
+import re
 
 import numpy as np
 import pytest
@@ -16,7 +17,11 @@ from torch.distributions.transforms import AffineTransform, TanhTransform
 from drlcli.actors.contract import validate_policy_actor
 from drlcli.actors.spec import ActorSpec
 from drlcli.algos.flash_sac.actor import build_flash_sac_actor, truncated_zeta_pmf
-from drlcli.algos.flash_sac.algorithm import flash_sac_actor_spec, resolve_cuda_graph
+from drlcli.algos.flash_sac.algorithm import (
+    critic_problem,
+    flash_sac_actor_spec,
+    resolve_cuda_graph,
+)
 from drlcli.algos.flash_sac.critic import categorical_td_target
 from drlcli.algos.flash_sac.layers import UnitBatchNorm, UnitLinear, UnitRMSNorm
 from drlcli.algos.flash_sac.learner import (
@@ -399,6 +404,34 @@ def test_learner_state_round_trip_restores_schedule_and_networks():
     for name, tensor in learner.critic.state_dict().items():
         torch.testing.assert_close(other.critic.state_dict()[name], tensor)
     torch.testing.assert_close(other.log_temperature, learner.log_temperature)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({}, None),
+        ({"critic_hidden_dim": 32}, r"its critic's .* has shape \[.*16.*\], the config builds"),
+        ({"critic_num_blocks": 2}, r"its critic has \d+ tensors, the config builds \d+"),
+        ({"num_bins": 41}, r"head_bias has shape \[2, 21\], the config builds \[2, 41\]"),
+        # Same shapes, other atoms: loading would silently keep the stored support.
+        ({"v_min": -10.0}, r"support is \[-5, 5\], the config sets v_min -10 and v_max 5"),
+    ],
+)
+def test_resume_check_names_what_of_the_critic_the_config_cannot_take(change, message):
+    state = make_learner().state_dict()
+    problem = critic_problem(dataclasses.replace(SMALL, **change), state, 5, 2)
+    if message is None:
+        assert problem is None
+    else:
+        assert re.search(message, problem), problem
+
+
+def test_resume_check_calls_a_critic_that_is_not_tensors_damaged():
+    state = make_learner().state_dict()
+    state["target_critic"] = {"atoms": [0.0, 1.0]}
+    assert critic_problem(SMALL, state, 5, 2) == (
+        "its target_critic is not a state dict of tensors; the file is damaged"
+    )
 
 
 def test_the_collector_runs_in_process_with_a_local_stepper_pool():

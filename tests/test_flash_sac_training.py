@@ -8,7 +8,7 @@ import torch
 from drlcli.audit import audit_checkpoint
 from drlcli.checkpoint import load_payload
 from drlcli.config import load_config
-from drlcli.errors import SemanticsError
+from drlcli.errors import ConfigError, SemanticsError
 from drlcli.export import export_onnx
 from drlcli.metrics import read_metrics
 from drlcli.play import load_play_actor, run_episodes
@@ -81,6 +81,15 @@ def test_flash_sac_resume_restores_learner_state_and_counters(flash_config):
     assert resumed["updates"] > stored["updates"]
     assert resumed["return_scaler"]["count"] > stored["return_scaler"]["count"]
     assert [row["round"] for row in read_metrics(config.metrics_path)] == ["1", "2", "3"]
+
+    # A critic of another width is refused before anything starts, naming the field.
+    wide = flash_config("wide", total=320)
+    wide.write_text(wide.read_text().replace("critic_hidden_dim: 16", "critic_hidden_dim: 32"))
+    before = config.checkpoint_path.read_bytes()
+    with pytest.raises(ConfigError, match=r"cannot resume: learner_states\[0\]: its critic's"):
+        run(wide, resume=config.checkpoint_path)
+    assert config.checkpoint_path.read_bytes() == before
+    assert not load_config(wide).checkpoint_path.exists()
 
 
 def test_custom_actor_injection_end_to_end(flash_config):

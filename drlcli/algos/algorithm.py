@@ -88,8 +88,9 @@ class Algorithm:
             ``(params, spec, device, learners)``, run before any worker starts (ConfigError).
         check_learner_state: extra checks of one stored learner state; returns a problem or
             None (``drl verify`` and ``--resume``).
-        check_resume: ``(params, state) -> problem or None``: what of one stored learner state
-            the config's params cannot take (layer widths), before anything starts.
+        check_resume: ``(params, state, obs_dim, action_dim) -> problem or None``: what of one
+            stored learner state the config's params cannot take (layer widths), before
+            anything starts.
         check_actor: what the algorithm needs of a policy actor beyond the contract
             ``(actor, obs_dim, action_dim)``, run on the driver's probe before anything starts
             (PolicyActorContractError).
@@ -114,7 +115,9 @@ class Algorithm:
         lambda params, spec, device, learners: None
     )
     check_learner_state: Callable[[dict[str, Any]], str | None] = lambda state: None
-    check_resume: Callable[[Any, dict[str, Any]], str | None] = lambda params, state: None
+    check_resume: Callable[[Any, dict[str, Any], int, int], str | None] = (
+        lambda params, state, obs_dim, action_dim: None
+    )
     check_actor: Callable[[Any, int, int], None] = lambda actor, obs_dim, action_dim: None
     replay_saving: Callable[[Any], bool] | None = None
     memory_needs: Callable[[Any, RunShape], list[MemoryNeed]] = lambda params, shape: []

@@ -308,7 +308,9 @@ def _load_for_resume(
     check_fits(checkpoint, facts, str(path), config=config)
     validate_learner_states(checkpoint.learner_states, checkpoint.algorithm, source=str(path))
     for index, state in enumerate(checkpoint.learner_states):
-        problem = checkpoint.algorithm.check_resume(config.algo_params, state)
+        problem = checkpoint.algorithm.check_resume(
+            config.algo_params, state, facts.obs_dim, facts.action_dim
+        )
         if problem is not None:
             raise ConfigError(f"{path}: cannot resume: learner_states[{index}]: {problem}")
     return checkpoint

@@ -111,13 +111,63 @@ def _return_scaler_problem(state: Any) -> str | None:
     return None if problem is None else f"return_scaler {problem}"
 
 
-def flash_sac_memory_needs(params: FlashSACParams, shape: RunShape) -> list[MemoryNeed]:
-    """Every learner's replay buffer (float32 ``s, s', a, r, terminated``; twice more while it
-    is saved), and its critics: online and target, gradients and Adam's two moments."""
+def _critic_shapes(params: FlashSACParams, obs_dim: int, action_dim: int) -> dict[str, Any]:
+    """The state dict of the critic ``params`` build, on the meta device: shapes and dtypes
+    only, nothing allocated."""
     import torch
 
     from drlcli.algos.flash_sac.critic import DoubleCategoricalCritic
 
+    with torch.device("meta"):
+        critic = DoubleCategoricalCritic(
+            obs_dim,
+            action_dim,
+            params.critic_hidden_dim,
+            params.critic_num_blocks,
+            params.num_bins,
+            params.v_min,
+            params.v_max,
+        )
+    return critic.state_dict()
+
+
+def critic_problem(
+    params: FlashSACParams, state: dict[str, Any], obs_dim: int, action_dim: int
+) -> str | None:
+    """What keeps a stored learner state's critics from the one ``params`` build, or None:
+    a layer of another shape (``critic_hidden_dim``, ``critic_num_blocks``, ``num_bins``), or
+    another support (``v_min``, ``v_max``: the atoms are a buffer the stored state would
+    silently overwrite). The actor's widths are in the actor semantics."""
+    wanted = _critic_shapes(params, obs_dim, action_dim)
+    for key in ("critic", "target_critic"):
+        stored = state[key]
+        if not isinstance(stored, dict) or not all(hasattr(t, "shape") for t in stored.values()):
+            return f"its {key} is not a state dict of tensors; the file is damaged"
+        if set(stored) != set(wanted):
+            return (
+                f"its {key} has {len(stored)} tensors, the config builds {len(wanted)} "
+                "(algo_params.critic_num_blocks): resume with the critic it was trained with"
+            )
+        for name, tensor in wanted.items():
+            if tuple(stored[name].shape) != tuple(tensor.shape):
+                return (
+                    f"its {key}'s {name} has shape {list(stored[name].shape)}, the config builds "
+                    f"{list(tensor.shape)} (algo_params.critic_hidden_dim, critic_num_blocks, "
+                    "num_bins): resume with the critic it was trained with"
+                )
+    atoms = state["critic"]["atoms"]
+    low, high = float(atoms[0]), float(atoms[-1])
+    if abs(low - params.v_min) > 1e-6 or abs(high - params.v_max) > 1e-6:
+        return (
+            f"its critic's support is [{low:g}, {high:g}], the config sets v_min {params.v_min:g}"
+            f" and v_max {params.v_max:g}: resume with the support it was trained with"
+        )
+    return None
+
+
+def flash_sac_memory_needs(params: FlashSACParams, shape: RunShape) -> list[MemoryNeed]:
+    """Every learner's replay buffer (float32 ``s, s', a, r, terminated``; twice more while it
+    is saved), and its critics: online and target, gradients and Adam's two moments."""
     o, a, learners = shape.obs_dim, shape.action_dim, shape.num_learners
     replay = learners * params.buffer_size * (8 * o + 4 * a + 8)
     needs = [
@@ -135,17 +185,7 @@ def flash_sac_memory_needs(params: FlashSACParams, shape: RunShape) -> list[Memo
                 "algo_params.buffer_size, or save_replay_buffer: false",
             )
         )
-    with torch.device("meta"):  # sizes only: nothing is allocated
-        critic = DoubleCategoricalCritic(
-            o,
-            a,
-            params.critic_hidden_dim,
-            params.critic_num_blocks,
-            params.num_bins,
-            params.v_min,
-            params.v_max,
-        )
-    critic_bytes = sum(t.numel() * t.element_size() for t in critic.state_dict().values())
+    critic_bytes = sum(t.numel() * t.element_size() for t in _critic_shapes(params, o, a).values())
     needs.append(
         MemoryNeed(
             f"{learners} learner(s)' critics with target, gradients and Adam moments",
@@ -192,6 +232,7 @@ FLASH_SAC = Algorithm(
     check_params=check_params,
     check_learner_device=resolve_cuda_graph,
     check_learner_state=lambda state: _return_scaler_problem(state.get("return_scaler")),
+    check_resume=critic_problem,
     replay_saving=lambda params: params.save_replay_buffer,
     memory_needs=flash_sac_memory_needs,
 )

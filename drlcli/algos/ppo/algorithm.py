@@ -44,10 +44,12 @@ def reward_scalers_problem(state: dict[str, Any]) -> str | None:
     return None
 
 
-def value_network_problem(params: PPOParams, state: dict[str, Any]) -> str | None:
+def value_network_problem(
+    params: PPOParams, state: dict[str, Any], obs_dim: int, action_dim: int
+) -> str | None:
     """What keeps a stored learner state's value network from the widths ``params`` build
     (``value_hidden_sizes``, else ``hidden_sizes``), or None; the policy's widths are in the
-    actor semantics."""
+    actor semantics, the input width is checked against the task before (``check_fits``)."""
     value = state["value"]
     if not isinstance(value, dict) or not all(hasattr(t, "shape") for t in value.values()):
         return "its value network is not a state dict of tensors; the file is damaged"
