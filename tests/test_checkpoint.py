@@ -282,6 +282,27 @@ def test_resume_refuses_other_value_network_widths(tmp_path, checkpoint_file):
     _load_for_resume(path, load_config(config_path), payload["actor_semantics"], facts)
 
 
+def test_resume_of_a_finished_run_is_refused_before_ray_or_any_output(tmp_path, checkpoint_file):
+    from drlcli.config import load_config
+    from drlcli.errors import UsageError
+    from drlcli.runtime.training import train
+
+    path = checkpoint_file()  # 6144 env steps trained
+    before = path.read_bytes()
+    config_path = tmp_path / "fixture.yaml"
+    config_path.write_text(
+        "env: {id: InvertedPendulum-v5}\n"
+        f"output_dir: {tmp_path / 'out'}\n"
+        "total_env_steps: 6144\n"
+        "algo_params: {hidden_sizes: [8, 8]}\n"
+    )
+    # No Ray fixture: the refusal comes before a Ray session would start.
+    with pytest.raises(UsageError, match=r"already trained 6144 of total_env_steps=6144; raise"):
+        train(load_config(config_path), resume=path, quiet=True)
+    assert path.read_bytes() == before
+    assert not (tmp_path / "out").exists()
+
+
 def test_resume_accepts_reward_scalers_that_are_null_or_moments(tmp_path, checkpoint_file):
     from drlcli.checkpoint import EnvRecord
     from drlcli.config import load_config

@@ -163,11 +163,6 @@ def train(
         # Counted in env steps, so a resume may change the round size (more rollout actors).
         rounds_left = math.ceil((config.total_env_steps - progress.env_steps) / steps_per_round)
         total_rounds = progress.round + rounds_left
-        if rounds_left <= 0:
-            raise UsageError(
-                f"{resume}: already trained {progress.env_steps} of total_env_steps="
-                f"{config.total_env_steps}; raise total_env_steps in the config to continue"
-            )
         columns = metric_columns(
             algorithm,
             actor.aux_loss_names,
@@ -313,6 +308,11 @@ def _load_for_resume(
         )
         if problem is not None:
             raise ConfigError(f"{path}: cannot resume: learner_states[{index}]: {problem}")
+    if checkpoint.progress.env_steps >= config.total_env_steps:
+        raise UsageError(
+            f"{path}: already trained {checkpoint.progress.env_steps} of total_env_steps="
+            f"{config.total_env_steps}; raise total_env_steps in the config to continue"
+        )
     return checkpoint
 
 
