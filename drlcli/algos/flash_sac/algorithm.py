@@ -119,16 +119,7 @@ def _critic_shapes(params: FlashSACParams, obs_dim: int, action_dim: int) -> dic
     from drlcli.algos.flash_sac.critic import DoubleCategoricalCritic
 
     with torch.device("meta"):
-        critic = DoubleCategoricalCritic(
-            obs_dim,
-            action_dim,
-            params.critic_hidden_dim,
-            params.critic_num_blocks,
-            params.num_bins,
-            params.v_min,
-            params.v_max,
-        )
-    return critic.state_dict()
+        return DoubleCategoricalCritic.from_params(obs_dim, action_dim, params).state_dict()
 
 
 def critic_problem(

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from drlcli.algos.flash_sac.layers import FlashSACEncoder, UnitLinear, normalize_module_parameters
+from drlcli.algos.flash_sac.params import FlashSACParams
 
 
 class DoubleCategoricalCritic(nn.Module):
@@ -33,6 +34,21 @@ class DoubleCategoricalCritic(nn.Module):
         self.head_bias = nn.Parameter(torch.zeros(2, num_bins))
         self.register_buffer("atoms", torch.linspace(v_min, v_max, num_bins))
         self.normalize_parameters()
+
+    @classmethod
+    def from_params(
+        cls, obs_dim: int, action_dim: int, params: FlashSACParams
+    ) -> DoubleCategoricalCritic:
+        """The critic ``algo_params`` describe (width, blocks, bins, support)."""
+        return cls(
+            obs_dim,
+            action_dim,
+            params.critic_hidden_dim,
+            params.critic_num_blocks,
+            params.num_bins,
+            params.v_min,
+            params.v_max,
+        )
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = torch.cat([obs, action], dim=-1).unsqueeze(0).expand(2, -1, -1)

@@ -94,15 +94,9 @@ class FlashSACLearner:
         self.actor = build_policy_actor(
             actor_spec, obs_dim, action_dim, self.device, action_low, action_high
         )
-        self.critic = DoubleCategoricalCritic(
-            obs_dim,
-            action_dim,
-            params.critic_hidden_dim,
-            params.critic_num_blocks,
-            params.num_bins,
-            params.v_min,
-            params.v_max,
-        ).to(self.device)
+        self.critic = DoubleCategoricalCritic.from_params(obs_dim, action_dim, params).to(
+            self.device
+        )
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_temperature = nn.Parameter(
             torch.tensor(math.log(params.initial_temperature), device=self.device)
