@@ -12,12 +12,13 @@ import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from drlcli import __version__
 from drlcli.actors.memory import describe_memory, format_bytes, tensor_bytes
-from drlcli.actors.spec import BUILDER_PATTERN, ActorSpec, resolve_builder
+from drlcli.actors.spec import BUILDER_PATTERN, ActorSpec, builtin_tensor_shapes
 from drlcli.checkpoint import (
     Checkpoint,
     check_content_hash,
@@ -29,6 +30,7 @@ from drlcli.checkpoint import (
     validate_actor_semantics,
     validate_learner_states,
 )
+from drlcli.envs import env_module
 from drlcli.errors import CheckpointError, DrlError
 
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
@@ -45,6 +47,8 @@ class Check:
 class AuditReport:
     path: str
     checks: list[Check]
+    # The file's actor_semantics as stored (a mapping, else None), for programs reading --json.
+    actor_semantics: dict | None = None
 
     @property
     def failed(self) -> bool:
@@ -65,6 +69,7 @@ class AuditReport:
                 "path": self.path,
                 "verdict": self.verdict,
                 "ok": not self.failed,
+                "actor_semantics": self.actor_semantics,
                 "checks": [asdict(check) for check in self.checks],
             },
             indent=2,
@@ -85,7 +90,18 @@ def audit_checkpoint(path: str | Path, payload: dict | None = None) -> AuditRepo
     if payload is None:
         payload = load_payload(path)
     checks = [_run(name, check, payload) for name, check in _CHECKS]
-    return AuditReport(str(path), checks)
+    semantics = payload.get("actor_semantics")
+    return AuditReport(
+        str(path), checks, _plain(semantics) if isinstance(semantics, dict) else None
+    )
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with what JSON cannot hold (tensors, say, in a damaged file) as their repr."""
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError):
+        return repr(value)
 
 
 def read_verified_checkpoint(path: str | Path) -> Checkpoint:
@@ -167,6 +183,17 @@ def _check_builder(payload: dict) -> str:
     return builder
 
 
+def _check_env_module(payload: dict) -> str:
+    env_id = payload["env"]["id"]
+    module = env_module(env_id)
+    if module is not None:
+        raise _Warned(
+            f"env id {env_id}: making the task imports module {module} (not done here); play "
+            f"and export ask for --allow-env-module {module}"
+        )
+    return f"{env_id}: a registered id, no module to import"
+
+
 def _check_kwargs(payload: dict) -> str:
     kwargs = _semantics(payload)["kwargs"]
     try:
@@ -188,9 +215,9 @@ def _check_dims(payload: dict) -> str:
     spec = ActorSpec(semantics["builder"], semantics["kwargs"])
     if spec.kind != "builtin":  # decided by the builder string, never by the stored kind
         raise _Warned("custom actor: tensor shapes cannot be checked without building it")
-    # Built-in builders are drl's own code: rebuild on CPU and compare every tensor's shape.
-    reference = resolve_builder(spec)(obs_dim=obs_dim, action_dim=action_dim, **spec.kwargs)
-    expected = {name: tuple(t.shape) for name, t in reference.state_dict().items()}
+    # Built-in builders are drl's own code: rebuild on the meta device (shapes only, whatever
+    # size the file's kwargs ask for) and compare every tensor's shape.
+    expected = builtin_tensor_shapes(spec, obs_dim, action_dim)
     stored = {name: tuple(t.shape) for name, t in actor.items() if isinstance(t, torch.Tensor)}
     if set(stored) != set(expected) or len(stored) != len(actor):
         missing = sorted(set(expected) - set(stored))
@@ -319,6 +346,7 @@ _CHECKS: list[tuple[str, Callable[[dict], str]]] = [
     ("actor_semantics schema", _check_semantics),
     ("builder", _check_builder),
     ("kwargs", _check_kwargs),
+    ("env module", _check_env_module),
     ("dimensions", _check_dims),
     ("action bounds", _check_action_bounds),
     ("observation statistics", _check_obs_rms),

@@ -61,6 +61,18 @@ AllowBuilderOption = Annotated[
 ]
 
 
+# Consent to import the module of a checkpoint's env id ``module:Task-v0`` (play, export).
+AllowEnvModuleOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--allow-env-module",
+        metavar="MODULE",
+        help="Allow importing this module to make the checkpoint's task 'MODULE:Task-v0' "
+        "(repeatable).",
+    ),
+]
+
+
 # Examples under each command's --help: (command line, what it does); the README shows the same
 # command lines.
 EXAMPLES: dict[str, list[tuple[str, str]]] = {
@@ -314,6 +326,7 @@ def play(
         ),
     ] = "follow",
     allow_builder: AllowBuilderOption = None,
+    allow_env_module: AllowEnvModuleOption = None,
 ) -> None:
     """Run a trained policy: print episode returns, show it, or record a video.
 
@@ -329,7 +342,12 @@ def play(
 
         if render and video is not None:
             raise UsageError("choose one of --render and --video")
-        policy = load_play_actor(checkpoint, env_id=env_id, allow_builders=allow_builder or ())
+        policy = load_play_actor(
+            checkpoint,
+            env_id=env_id,
+            allow_builders=allow_builder or (),
+            allow_env_modules=allow_env_module or (),
+        )
         deterministic = not stochastic
         if video is not None:
             results, frames = record_video(
@@ -358,6 +376,7 @@ def export(
     output: Annotated[Path, typer.Argument(metavar="OUT.onnx", help="ONNX file to write.")],
     opset: Annotated[int, typer.Option("--opset", help="ONNX opset (17-23).")] = 18,
     allow_builder: AllowBuilderOption = None,
+    allow_env_module: AllowEnvModuleOption = None,
 ) -> None:
     """Export the deterministic policy to ONNX, checked against torch with onnxruntime.
 
@@ -370,7 +389,13 @@ def export(
         from drlcli.export import export_onnx
         from drlcli.report import render_export
 
-        summary = export_onnx(checkpoint, output, opset=opset, allow_builders=allow_builder or ())
+        summary = export_onnx(
+            checkpoint,
+            output,
+            opset=opset,
+            allow_builders=allow_builder or (),
+            allow_env_modules=allow_env_module or (),
+        )
         render_export(summary, stdout)
 
     _run(body)

@@ -34,6 +34,13 @@ class EnvFacts:
         }
 
 
+def env_module(env_id: str) -> str | None:
+    """The module an id of the form ``module:Task-v0`` names (``gymnasium.make`` imports it to
+    register the task), or None for a plain registered id."""
+    module, separator, _ = env_id.partition(":")
+    return module if separator and module else None
+
+
 def make_env(
     env_id: str,
     *,
@@ -151,10 +158,16 @@ class EnvBatch:
         ]
         self.facts = env_facts(self.envs[0])
         self.num_envs = num_envs
-        self._episode_returns = np.zeros(num_envs, dtype=np.float64)
-        self._episode_lengths = np.zeros(num_envs, dtype=np.int64)
+        self.seed = seed
+        self.restart()
+
+    def restart(self) -> None:
+        """Reset env ``i`` with seed ``seed + i`` and forget the episodes in progress: the
+        batch is as it was made (the same first observations, the same random streams)."""
+        self._episode_returns = np.zeros(self.num_envs, dtype=np.float64)
+        self._episode_lengths = np.zeros(self.num_envs, dtype=np.int64)
         self.obs = np.stack(
-            [env.reset(seed=seed + index)[0] for index, env in enumerate(self.envs)]
+            [env.reset(seed=self.seed + index)[0] for index, env in enumerate(self.envs)]
         ).astype(np.float64)
 
     @classmethod
@@ -199,6 +212,37 @@ class EnvBatch:
         return StepBatch(
             next_obs, final_obs, rewards, terminated, truncated, finished_returns, finished_lengths
         )
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything the batch's episodes in progress depend on (``env_state`` of every env,
+        the current observations, the episodes' running returns and lengths): plain data."""
+        from drlcli.env_state import env_state
+
+        return {
+            "envs": [env_state(env) for env in self.envs],
+            "obs": self.obs.copy(),
+            "episode_returns": self._episode_returns.copy(),
+            "episode_lengths": self._episode_lengths.copy(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue the episodes ``state_dict`` recorded (of a batch made the same way).
+
+        Raises:
+            ValueError: the state is of another number of environments or another task.
+        """
+        from drlcli.env_state import load_env_state
+
+        if len(state["envs"]) != self.num_envs:
+            raise ValueError(f"{len(state['envs'])} environments stored, {self.num_envs} here")
+        obs = np.asarray(state["obs"], dtype=np.float64)
+        if obs.shape != self.obs.shape:
+            raise ValueError(f"stored observations {obs.shape}, this batch {self.obs.shape}")
+        for env, env_record in zip(self.envs, state["envs"], strict=True):
+            load_env_state(env, env_record)
+        self.obs = obs.copy()
+        self._episode_returns = np.asarray(state["episode_returns"], dtype=np.float64).copy()
+        self._episode_lengths = np.asarray(state["episode_lengths"], dtype=np.int64).copy()
 
     def close(self) -> None:
         for env in self.envs:

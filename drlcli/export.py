@@ -67,6 +67,7 @@ def export_onnx(
     *,
     opset: int = DEFAULT_OPSET,
     allow_builders: tuple[str, ...] | list[str] = (),
+    allow_env_modules: tuple[str, ...] | list[str] = (),
     parity_steps: int = 200,
 ) -> ExportSummary:
     """Export, check with ``onnx.checker``, gate on parity; the file appears only if all pass.
@@ -84,7 +85,9 @@ def export_onnx(
         raise UsageError(f"{output}: the output file name must end in .onnx")
     if not 17 <= opset <= 23:
         raise UsageError(f"--opset {opset}: supported opsets are 17 to 23")
-    policy = load_play_actor(checkpoint, allow_builders=allow_builders)
+    policy = load_play_actor(
+        checkpoint, allow_builders=allow_builders, allow_env_modules=allow_env_modules
+    )
     export_module = policy.actor.as_export_module()
     export_bytes = sum(module_memory_bytes(export_module).values())
     declared = sum(policy.inference_memory.values())

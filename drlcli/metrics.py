@@ -40,7 +40,8 @@ EVALUATION_METRICS: dict[str, str] = {
     "eval_env_steps": "the training env step of the evaluated weights",
 }
 OPEN_FAMILIES: tuple[str, ...] = ("Loss/aux_",)
-TIME_COLUMNS: frozenset[str] = frozenset({"wall_time_s", "sps"})
+# Columns measured in wall-clock time: they differ between two runs of one seed.
+TIME_COLUMNS: frozenset[str] = frozenset({"wall_time_s", "sps", "updates_per_second"})
 # Aggregated across learners by sum; every other learner metric is averaged.
 SUMMED_ACROSS_LEARNERS: frozenset[str] = frozenset({"buffer_size"})
 

@@ -22,7 +22,7 @@ from drlcli.checkpoint import (
     check_fits,
     validate_actor_semantics,
 )
-from drlcli.envs import EnvFacts, env_facts, make_env
+from drlcli.envs import EnvFacts, env_facts, env_module, make_env
 from drlcli.errors import CheckpointError, SemanticsError, UsageError
 from drlcli.normalization import RmsState, normalize_observation
 
@@ -132,6 +132,7 @@ def load_play_actor(
     *,
     env_id: str | None = None,
     allow_builders: Iterable[str] = (),
+    allow_env_modules: Iterable[str] = (),
 ) -> PlayPolicy:
     """Load a checkpoint's policy after every semantics check passes.
 
@@ -140,6 +141,8 @@ def load_play_actor(
         env_id: run in this environment instead of the checkpoint's; its spaces must match.
         allow_builders: modules whose builders may be imported (custom actors only; the
             built-in ``drlcli.*`` builders need no consent).
+        allow_env_modules: modules that the checkpoint's env id ``module:Task-v0`` may import
+            (an ``env_id`` the caller gives is its own choice and needs none).
 
     Raises:
         CheckpointError: unreadable file.
@@ -159,6 +162,12 @@ def load_play_actor(
         raise SemanticsError(
             f"{source}: the policy is built by custom code {spec.builder}; importing it runs "
             f"that module. If you trust it, pass --allow-builder {spec.module}"
+        )
+    module = env_module(checkpoint.env.id)
+    if env_id is None and module is not None and module not in set(allow_env_modules):
+        raise SemanticsError(
+            f"{source}: the task {checkpoint.env.id} is registered by module {module}; making "
+            f"it imports that module. If you trust it, pass --allow-env-module {module}"
         )
     run_env_id = env_id or checkpoint.env.id
     # Another task does not take the trained task's kwargs (an xml_file, say).

@@ -109,3 +109,84 @@ class DieAtEnv(gymnasium.Env):
 
 if DIE_ENV_ID not in gymnasium.registry:
     gymnasium.register(DIE_ENV_ID, entry_point=DieAtEnv)
+
+
+IMPROVING_ENV_ID = "drltest/Improving-v0"
+
+
+class ImprovingEnv(gymnasium.Env):
+    """Reward ``steps / 100`` where ``steps`` counts this instance's steps since it was made:
+    every round's mean training return is higher than the previous one's (each round a best),
+    and a fresh process (a resumed run) starts low again. Episodes of 8 steps."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, render_mode: str | None = None) -> None:
+        self.action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+        self.observation_space = spaces.Box(-np.inf, np.inf, shape=(3,), dtype=np.float64)
+        self.steps = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.np_random.normal(size=3), {}
+
+    def step(self, action):
+        self.steps += 1
+        return self.np_random.normal(size=3), self.steps / 100.0, False, False, {}
+
+
+if IMPROVING_ENV_ID not in gymnasium.registry:
+    gymnasium.register(IMPROVING_ENV_ID, entry_point=ImprovingEnv, max_episode_steps=8)
+
+
+DIE_TWICE_ENV_ID = "drltest/DieTwice-v0"
+
+
+def _claim(path: str) -> bool:
+    """Create ``path``; False where another process already did."""
+    import os
+
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
+class DieTwiceEnv(gymnasium.Env):
+    """Kills its process with SIGKILL twice: at its ``at_step``-th step (the first process to
+    get there, marker ``<marker_dir>/first``), then when the next process makes it (marker
+    ``second``): a rollout actor that dies, then dies again while it is being restarted and
+    restored. Steps count from the process's start."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, at_step: int, marker_dir: str, render_mode=None) -> None:
+        import os
+        import signal
+
+        self.action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+        self.observation_space = spaces.Box(-np.inf, np.inf, shape=(3,), dtype=np.float64)
+        self.at_step, self.marker_dir, self.steps = at_step, marker_dir, 0
+        if os.path.exists(os.path.join(marker_dir, "first")) and _claim(
+            os.path.join(marker_dir, "second")
+        ):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.np_random.normal(size=3), {}
+
+    def step(self, action):
+        import os
+        import signal
+
+        self.steps += 1
+        if self.steps == self.at_step and _claim(os.path.join(self.marker_dir, "first")):
+            os.kill(os.getpid(), signal.SIGKILL)
+        reward = -float(np.abs(action).sum())
+        return self.np_random.normal(size=3), reward, False, self.steps % 25 == 0, {}
+
+
+if DIE_TWICE_ENV_ID not in gymnasium.registry:
+    gymnasium.register(DIE_TWICE_ENV_ID, entry_point=DieTwiceEnv)

@@ -62,3 +62,54 @@ def test_mujoco_warnings_become_python_warnings_and_leave_no_log_file(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stderr.count("RuntimeWarning: MuJoCo: compiler attribute") == 1
     assert not (tmp_path / "MUJOCO_LOG.TXT").exists()
+
+
+@pytest.mark.parametrize(
+    ("env_id", "kwargs"),
+    [
+        ("Hopper-v5", {}),  # contacts: the solver's warm start is part of the state
+        ("tests.user_robot:PuckReach-v0", {}),  # mocap target set on reset
+        ("tests.range_envs:drltest/Ranged-v0", {"low": [-1.0], "high": [1.0]}),  # no MuJoCo
+    ],
+)
+def test_an_env_state_through_a_checkpoint_continues_the_episode_bit_for_bit(env_id, kwargs):
+    """``env_state`` taken mid-episode, written as a checkpoint holds it (tensors, weights_only)
+    and loaded into a fresh env: the same steps, rewards, ends and resets follow."""
+    import io
+
+    import gymnasium
+    import torch
+
+    from drlcli.checkpoint import _to_tensors
+    from drlcli.env_state import env_state, load_env_state
+
+    original = gymnasium.make(env_id, max_episode_steps=60, **kwargs)
+    restored = gymnasium.make(env_id, max_episode_steps=60, **kwargs)
+    actions = np.random.default_rng(0).uniform(-1, 1, (200, *original.action_space.shape))
+    original.reset(seed=3)
+    restored.reset(seed=99)
+    for action in actions[:37]:
+        original.step(action)
+    buffer = io.BytesIO()
+    torch.save(_to_tensors(env_state(original)), buffer)
+    buffer.seek(0)
+    load_env_state(restored, torch.load(buffer, weights_only=True))
+    for action in actions[37:]:  # past the time limit: the reset draws from the env's generator
+        expected, got = original.step(action), restored.step(action)
+        np.testing.assert_array_equal(got[0], expected[0])
+        assert got[1:4] == expected[1:4]
+        if expected[2] or expected[3]:
+            np.testing.assert_array_equal(restored.reset()[0], original.reset()[0])
+
+
+def test_an_env_state_of_another_task_is_refused():
+    import gymnasium
+
+    from drlcli.env_state import env_state, load_env_state
+
+    hopper = gymnasium.make("Hopper-v5")
+    hopper.reset(seed=0)
+    pendulum = gymnasium.make("InvertedPendulum-v5")
+    pendulum.reset(seed=0)
+    with pytest.raises(ValueError, match="MuJoCo state does not fit"):
+        load_env_state(pendulum, env_state(hopper))

@@ -30,7 +30,8 @@ pytestmark = pytest.mark.usefixtures("ray_cluster")
 NO_GPU = AvailableDevices(cuda_devices=0, mps=False)
 DIE_ENV = "tests.range_envs:drltest/DieAt-v0"
 PARAMS = {
-    "ppo": "{num_epochs: 1, num_minibatches: 2, hidden_sizes: [8]}",
+    # One warm-up step: DieAt counts its steps from its process's start, warm-up included.
+    "ppo": "{num_epochs: 1, num_minibatches: 2, hidden_sizes: [8], observation_warmup_steps: 1}",
     "flash_sac": "{batch_size: 16, warmup_steps: 40, actor_hidden_dim: 8, actor_num_blocks: 1,"
     " critic_hidden_dim: 8, critic_num_blocks: 1, num_bins: 11}",
 }
@@ -323,3 +324,23 @@ def test_a_dead_evaluator_is_restarted_and_evaluations_go_on(tmp_path):
     rows = read_metrics(config.metrics_path)
     # Evaluations of weights after the kill came back from the restarted process.
     assert any(row["eval_env_steps"] and int(row["eval_env_steps"]) > 320 * 3 for row in rows)
+
+
+@pytest.mark.parametrize("algo", ["ppo", "flash_sac"])
+def test_a_rollout_actor_that_dies_again_while_it_is_restored_is_one_restart_more(tmp_path, algo):
+    """The process dies in round 2; the process Ray starts in its place dies while it is made,
+    before the restoration answers: two restarts of one rollout actor, within the limit."""
+    path = tmp_path / f"{algo}.yaml"
+    path.write_text(
+        f"algo: {algo}\nenv: {{id: 'tests.range_envs:drltest/DieTwice-v0', num_envs: 2, "
+        f"kwargs: {{at_step: 60, marker_dir: '{tmp_path}'}}}}\n"
+        f"num_actors: 2\ntotal_env_steps: 480\nrollout_length: 40\n"
+        f"output_dir: {tmp_path / 'out'}\nalgo_params: {PARAMS[algo]}\n"
+        "max_rollout_actor_restarts: 2\n"
+    )
+    config = load_config(path)
+    summary, _ = run(config)
+    assert (tmp_path / "first").exists() and (tmp_path / "second").exists()
+    assert summary.rounds == 3
+    rows = read_metrics(config.metrics_path)
+    assert [row["rollout_actor_restarts"] for row in rows] == ["0", "2", "0"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import datetime
 import math
@@ -554,3 +555,57 @@ def test_with_cuda_graphs_the_optimisers_are_capturable_and_the_schedule_runs_th
         torch.testing.assert_close(graphed.critic.state_dict()[name], tensor, rtol=1e-5, atol=1e-6)
     for name, tensor in eager.actor.state_dict().items():
         torch.testing.assert_close(graphed.actor.state_dict()[name], tensor, rtol=1e-5, atol=1e-6)
+
+
+def _optimizers(learner):
+    return (learner.actor_optimizer, learner.critic_optimizer, learner.temperature_optimizer)
+
+
+def _settings(optimizer):
+    return [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
+
+
+@pytest.mark.parametrize("written_by", ["graphed", "eager"])
+def test_resume_keeps_this_devices_optimiser_settings_and_the_saved_moments(
+    monkeypatch, written_by
+):
+    """A checkpoint's optimiser groups carry the settings of the learner that wrote it
+    (``capturable``, ``fused``, a tensor or float ``lr``); a resumed learner keeps its own, as a
+    fresh learner on its device holds them, and loads only the moments and step counts."""
+    import drlcli.algos.flash_sac.learner as learner_module
+
+    def learner(graphed: bool):
+        with monkeypatch.context() as patch:
+            if graphed:  # forced on, on CPU: capturable groups with a tensor lr
+                patch.setattr(learner_module, "resolve_cuda_graph", lambda *args: True)
+                patch.setattr(learner_module, "CudaGraphUpdates", EagerGraphs)
+            return make_learner()
+
+    writer = learner(graphed=written_by == "graphed")
+    for step in range(3):
+        writer.update(random_batch(seed=step))
+    state = copy.deepcopy(writer.state_dict())  # as from a file: loading aliases tensors
+    resumed = learner(graphed=written_by == "eager")  # the other kind of learner
+    fresh = learner(graphed=written_by == "eager")
+    own_rates = [optimizer.param_groups[0]["lr"] for optimizer in _optimizers(resumed)]
+    assert _settings(resumed.actor_optimizer) != _settings(writer.actor_optimizer)
+    resumed.load_state_dict(state)
+    for optimizer, reference, saved, rate in zip(
+        _optimizers(resumed), _optimizers(fresh), _optimizers(writer), own_rates, strict=True
+    ):
+        assert _settings(optimizer) == _settings(reference)
+        assert optimizer.param_groups[0]["lr"] is rate  # a graph would read this object
+        for parameter, saved_parameter in zip(
+            optimizer.param_groups[0]["params"], saved.param_groups[0]["params"], strict=True
+        ):
+            moments, saved_moments = optimizer.state[parameter], saved.state[saved_parameter]
+            assert moments["step"].device.type == "cpu"
+            assert moments["step"].item() == saved_moments["step"].item() > 0
+            torch.testing.assert_close(moments["exp_avg"], saved_moments["exp_avg"])
+            torch.testing.assert_close(moments["exp_avg_sq"], saved_moments["exp_avg_sq"])
+    rng = torch.get_rng_state()
+    resumed.update(random_batch(seed=9))  # and it trains on as the writer would
+    torch.set_rng_state(rng)
+    writer.update(random_batch(seed=9))
+    for name, tensor in writer.critic.state_dict().items():
+        torch.testing.assert_close(resumed.critic.state_dict()[name], tensor, rtol=1e-5, atol=1e-6)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -342,3 +344,49 @@ def test_a_model_camera_is_used_by_name_and_an_unknown_one_is_refused(checkpoint
     assert result.exit_code == 2
     assert "the model has no such camera; use follow, fixed (it has no cameras)" in result.stderr
     assert not (tmp_path / "v.mp4").exists()
+
+
+ENV_MODULE = """
+import gymnasium
+open({marker!r}, "w").close()
+gymnasium.register(
+    "MyPendulum-v0",
+    entry_point="gymnasium.envs.mujoco.inverted_pendulum_v5:InvertedPendulumEnv",
+    max_episode_steps=1000,
+)
+"""
+
+
+@pytest.mark.parametrize("command", ["play", "export"])
+def test_an_env_id_that_imports_a_module_needs_consent(
+    checkpoint_file, tmp_path, monkeypatch, command
+):
+    """A checkpoint's env id ``module:Task-v0`` imports ``module`` when the task is made: code
+    run because a file said so. Refused in one line naming the module, before any import."""
+    module = f"my_robot_envs_{command}"  # a module of its own: each is imported once
+    marker = tmp_path / "imported"
+    (tmp_path / f"{module}.py").write_text(ENV_MODULE.format(marker=str(marker)))
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def foreign_task(payload):
+        payload["env"]["id"] = f"{module}:MyPendulum-v0"
+
+    path = checkpoint_file(foreign_task)
+    extra = ["--episodes", "1"] if command == "play" else [str(tmp_path / "policy.onnx")]
+    refused = CliRunner().invoke(app, [command, str(path), *extra])
+    assert refused.exit_code == 1, refused.output
+    assert f"registered by module {module}" in refused.output
+    assert f"--allow-env-module {module}" in refused.output
+    assert not marker.exists() and module not in sys.modules
+    allowed = CliRunner().invoke(app, [command, str(path), *extra, "--allow-env-module", module])
+    assert allowed.exit_code == 0, allowed.output
+    assert marker.exists()
+
+
+def test_an_env_the_user_names_needs_no_consent(checkpoint_file):
+    def foreign_task(payload):
+        payload["env"]["id"] = "not_imported_module:MyPendulum-v0"
+
+    policy = load_play_actor(checkpoint_file(foreign_task), env_id="InvertedPendulum-v5")
+    assert policy.env_id == "InvertedPendulum-v5"
+    assert "not_imported_module" not in sys.modules

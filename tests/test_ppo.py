@@ -267,3 +267,31 @@ def test_advantage_normalisation_makes_the_update_scale_free(rollout_actor, norm
         updates.append(state["actor"]["mean_network.0.weight"])
     same = torch.allclose(updates[0], updates[1], rtol=1e-4, atol=1e-6)
     assert same == normalize
+
+
+def test_warm_up_gives_the_first_round_standardised_observations():
+    """The warm-up's moments standardise the first round of a task whose features differ in
+    scale by hundreds, and it leaves the first round exactly as a run without it would sample
+    it: the same environment states and the same policy noise."""
+    from tests import user_robot
+
+    env = EnvConfig(id=f"tests.user_robot:{user_robot.ENV_ID}", num_envs=8, seed=3)
+    spec = gaussian_actor_spec(PARAMS, [-1.0, -1.0], [1.0, 1.0])
+    network = Learner(spec, obs_dim=9, action_dim=2, params=PARAMS, seed=0).network_state()
+    # One at a time: each seeds torch's (process-wide) generator when it is made.
+    warmed = MuJoCoActor(0, env, spec, PARAMS, gamma=0.99)
+    moments = RmsState.from_dict(warmed.warm_up_observations(200)["obs_rms_moments"])
+    first, _ = warmed.sample(network, 200, 0.99, 0.95, moments.to_dict())
+    plain = MuJoCoActor(0, env, spec, PARAMS, gamma=0.99)
+    try:
+        assert moments.count == 1600.0
+        assert moments.var.max() / moments.var.min() > 1e4  # raw features far apart in scale
+        reference, _ = plain.sample(network, 200, 0.99, 0.95, moments.to_dict())
+        np.testing.assert_array_equal(first["act"], reference["act"])
+        np.testing.assert_array_equal(first["obs"], reference["obs"])
+        # Standardised: every feature of the first round is of unit scale.
+        assert np.abs(first["obs"].mean(axis=0)).max() < 1.0
+        assert first["obs"].std(axis=0).min() > 0.5 and first["obs"].std(axis=0).max() < 2.0
+    finally:
+        warmed.close()
+        plain.close()

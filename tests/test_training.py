@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -36,7 +38,8 @@ def test_two_round_smoke_training_writes_metrics_and_both_checkpoints(tiny_confi
         validate_actor_semantics(payload["actor_semantics"])
         assert payload["algo"] == "ppo"
         assert payload["progress"]["env_steps"] in (128, 256)
-        assert payload["obs_rms_state"]["count"] == 256.0 or path == config.best_checkpoint_path
+        # The warm-up's 64 steps x 2 envs, then two rounds of as many.
+        assert payload["obs_rms_state"]["count"] == 384.0 or path == config.best_checkpoint_path
         assert set(payload["actor"]) >= {"log_std", "mean_network.0.weight"}
         assert payload["env"]["kwargs"] == {"reset_noise_scale": 0.01}  # the task, for play
         assert not audit_checkpoint(path).failed  # drl verify passes on a real checkpoint
@@ -208,7 +211,8 @@ def test_a_non_finite_environment_stops_training_naming_the_round_and_keeps_the_
     from drlcli.errors import TrainingError
 
     params = (
-        "{num_epochs: 1, num_minibatches: 2, hidden_sizes: [8, 8]}"
+        # One warm-up step: the env counts its steps across resets.
+        "{num_epochs: 1, num_minibatches: 2, hidden_sizes: [8, 8], observation_warmup_steps: 1}"
         if algo == "ppo"
         else "{batch_size: 16, warmup_steps: 32, actor_hidden_dim: 8, actor_num_blocks: 1, "
         "critic_hidden_dim: 8, critic_num_blocks: 1, num_bins: 11}"
@@ -284,3 +288,128 @@ def test_a_runtime_env_cannot_be_given_to_a_ray_the_caller_started(ray_cluster, 
     with pytest.raises(ConfigError, match="give the runtime environment to that ray.init"):
         train(config, quiet=True)
     assert not config.checkpoint_path.exists()
+
+
+IMPROVING = """
+algo: ppo
+env: {{id: 'tests.range_envs:drltest/Improving-v0', num_envs: 2, seed: 0}}
+total_env_steps: {total}
+rollout_length: 32
+output_dir: {output}
+algo_params: {{num_epochs: 1, num_minibatches: 2, hidden_sizes: [8, 8]}}
+"""
+
+
+def test_the_latest_checkpoint_records_the_best_of_its_own_round(tmp_path):
+    """Every round of this task beats the previous one: the last round is a best, and the
+    latest checkpoint must say so (it used to record the best before the round's offer)."""
+    path = tmp_path / "improving.yaml"
+    path.write_text(IMPROVING.format(total=128, output=tmp_path / "out"))
+    config = load_config(path)
+    summary = run(path)
+    latest, best = load_payload(config.checkpoint_path), load_payload(config.best_checkpoint_path)
+    rows = read_metrics(config.metrics_path)
+    assert best["progress"]["env_steps"] == 128  # the last round was the best
+    assert latest["progress"]["best_return"] == best["progress"]["best_return"]
+    assert latest["progress"]["best_return"] == pytest.approx(
+        float(rows[-1]["episode_return_mean"])
+    )
+    assert summary.best_return == latest["progress"]["best_return"]
+
+
+def test_a_resumed_run_never_replaces_the_best_file_with_a_worse_policy(tmp_path):
+    """A run killed between writing the best file and the latest checkpoint leaves a latest
+    checkpoint with an older, lower best (simulated by lowering it). The resumed rounds of this
+    task start low again (fresh processes) and must not replace the better best file."""
+    from drlcli.checkpoint import save_payload
+
+    path = tmp_path / "improving.yaml"
+    path.write_text(IMPROVING.format(total=128, output=tmp_path / "out"))
+    config = load_config(path)
+    run(path)
+    best_before = config.best_checkpoint_path.read_bytes()
+    stored_best = load_payload(config.best_checkpoint_path)["progress"]["best_return"]
+    latest = load_payload(config.checkpoint_path)
+    latest["progress"]["best_return"] = -1e9
+    save_payload(config.checkpoint_path, latest)
+    path.write_text(IMPROVING.format(total=192, output=tmp_path / "out"))
+    summary = run(path, resume=config.checkpoint_path)
+    resumed_rows = read_metrics(config.metrics_path)[2:]
+    assert all(float(row["episode_return_mean"]) < stored_best for row in resumed_rows)
+    assert config.best_checkpoint_path.read_bytes() == best_before
+    assert summary.best_return == stored_best
+    assert load_payload(config.checkpoint_path)["progress"]["best_return"] == stored_best
+
+
+def assert_identical(mine, theirs, where=""):
+    """Nested containers of tensors and plain values, equal bit for bit."""
+    if isinstance(theirs, dict):
+        assert set(mine) == set(theirs), where
+        for key in theirs:
+            assert_identical(mine[key], theirs[key], f"{where}.{key}")
+    elif isinstance(theirs, (list, tuple)):
+        assert len(mine) == len(theirs), where
+        for index, (a, b) in enumerate(zip(mine, theirs, strict=True)):
+            assert_identical(a, b, f"{where}[{index}]")
+    elif isinstance(theirs, torch.Tensor):
+        assert torch.equal(mine, theirs), where
+    else:
+        assert mine == theirs, where
+
+
+def stop_after_rows(metrics_path, rows: int):
+    """A thread that sends this process SIGTERM once the metrics CSV has ``rows`` rows: the
+    run stops after the round in progress (StopRequest)."""
+    import os
+    import signal
+    import threading
+    import time
+
+    def watch():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if metrics_path.exists() and len(metrics_path.read_text().splitlines()) > rows:
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    return watcher
+
+
+@pytest.mark.parametrize("learners", [1, 2])
+def test_a_run_stopped_and_resumed_is_the_run_never_stopped(tiny_config, learners):
+    """Method.md, "Resume is exact": SIGTERM after some round, --resume, and every metrics row
+    (but wall-clock and SPS), the final networks, optimiser states, observation statistics and
+    rollout actors' states equal those of a run never stopped, bit for bit."""
+    import signal
+
+    from drlcli.errors import TrainingStopped
+
+    extra = TWO_LEARNERS if learners == 2 else ""
+    whole = load_config(tiny_config("whole", total=1280, extra=extra))
+    run(tiny_config("whole", total=1280, extra=extra))
+    stopped_path = tiny_config("stopped", total=1280, extra=extra)
+    stopped = load_config(stopped_path)
+    previous = signal.signal(signal.SIGTERM, lambda *args: None)  # a late signal is harmless
+    try:
+        watcher = stop_after_rows(Path(stopped.metrics_path), rows=2)
+        with pytest.raises(TrainingStopped):
+            run(stopped_path)
+        watcher.join()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    stopped_at = load_payload(stopped.checkpoint_path)["progress"]["round"]
+    assert 2 <= stopped_at < whole.total_env_steps // (128 * learners)
+    run(stopped_path, resume=stopped.checkpoint_path)
+
+    rows, resumed_rows = read_metrics(whole.metrics_path), read_metrics(stopped.metrics_path)
+    assert len(resumed_rows) == len(rows)
+    for row, resumed_row in zip(rows, resumed_rows, strict=True):
+        for column in row:
+            if column not in TIME_COLUMNS:
+                assert resumed_row[column] == row[column], (row["round"], column)
+    mine, theirs = load_payload(stopped.checkpoint_path), load_payload(whole.checkpoint_path)
+    for part in ("actor", "learner_states", "obs_rms_state", "evaluation"):
+        assert_identical(mine[part], theirs[part], part)

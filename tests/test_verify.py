@@ -23,7 +23,7 @@ def test_a_good_checkpoint_passes_every_check(checkpoint_file):
     report = audit_checkpoint(checkpoint_file())
     assert not report.failed
     assert all(check.status == "PASS" for check in report.checks), report.checks
-    assert report.verdict.startswith("PASS: all 14 checks passed")
+    assert report.verdict.startswith("PASS: all 15 checks passed")
 
 
 def _set_semantics(**changes):
@@ -145,12 +145,12 @@ def test_custom_builder_is_a_warning_and_is_never_imported(checkpoint_file, tmp_
 def test_cli_table_verdict_and_exit_codes(checkpoint_file, tmp_path):
     result = runner.invoke(app, ["verify", str(checkpoint_file())], env={"COLUMNS": "200"})
     assert result.exit_code == 0
-    assert "PASS: all 14 checks passed" in result.output and "finite tensors" in result.output
+    assert "PASS: all 15 checks passed" in result.output and "finite tensors" in result.output
 
     bad = checkpoint_file(_nan_weight, name="bad.pt")
     result = runner.invoke(app, ["verify", str(bad)], env={"COLUMNS": "200"})
     assert result.exit_code == 1
-    assert "FAIL: 1 of 14 checks failed" in result.output
+    assert "FAIL: 1 of 15 checks failed" in result.output
 
     garbage = tmp_path / "garbage.pt"
     garbage.write_bytes(b"\x00\x01 not a checkpoint")
@@ -167,6 +167,72 @@ def test_cli_json_output(checkpoint_file):
     assert report["ok"] is False
     failed = [c for c in report["checks"] if c["status"] == "FAIL"]
     assert [c["name"] for c in failed] == ["observation statistics"]
+    # The semantics as fields, for a program to read, not only as the check's prose.
+    semantics = report["actor_semantics"]
+    assert semantics["schema_version"] == 1 and semantics["kind"] == "builtin"
+    assert semantics["builder"] == "drlcli.actors.gaussian:build_gaussian_actor"
+    assert (semantics["obs_dim"], semantics["action_dim"]) == (4, 1)
+    assert semantics["action_transform"] == "clip"
+    assert semantics["kwargs"]["hidden_sizes"] == [8, 8]
+
+
+def test_json_output_of_a_file_without_semantics_says_null(checkpoint_file):
+    def drop(payload):
+        payload["actor_semantics"] = None
+
+    result = runner.invoke(app, ["verify", "--json", str(checkpoint_file(drop))])
+    assert result.exit_code == 1
+    assert json.loads(result.output)["actor_semantics"] is None
+
+
+def test_an_env_id_that_imports_a_module_is_a_warning_and_is_never_imported(checkpoint_file):
+    def foreign_task(payload):
+        payload["env"]["id"] = "never_imported_robot:Task-v0"
+
+    status, detail = statuses(checkpoint_file(foreign_task))["env module"]
+    assert status == "WARN"
+    assert "imports module never_imported_robot" in detail
+    assert "--allow-env-module never_imported_robot" in detail
+    assert "never_imported_robot" not in sys.modules
+    assert statuses(checkpoint_file())["env module"][0] == "PASS"
+
+
+PEAK_MEMORY = """
+import resource, sys, time
+from drlcli.audit import audit_checkpoint
+started = time.perf_counter()
+report = audit_checkpoint(sys.argv[1])
+print(time.perf_counter() - started, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+print(dict((c.name, c.status) for c in report.checks)["dimensions"])
+"""
+
+
+def test_verify_of_a_file_asking_for_a_huge_actor_allocates_nothing_for_it(checkpoint_file):
+    """A file's kwargs ask for 20000-wide layers (1.6 GB and an orthogonal initialisation of
+    each at full size); the shape check builds on the meta device: about as fast and as small
+    as the audit of a normal file, and the shapes still fail."""
+    import subprocess
+
+    def huge(payload):
+        payload["actor_semantics"]["kwargs"]["hidden_sizes"] = [20000, 20000]
+
+    def audit(path):
+        done = subprocess.run(
+            [sys.executable, "-c", PEAK_MEMORY, str(path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        timing, status = done.stdout.strip().splitlines()
+        seconds, peak_kib = timing.split()
+        return float(seconds), int(peak_kib), status
+
+    normal_s, normal_kib, normal_status = audit(checkpoint_file())
+    huge_s, huge_kib, huge_status = audit(checkpoint_file(huge, name="huge.pt"))
+    assert (normal_status, huge_status) == ("PASS", "FAIL")
+    assert huge_kib < normal_kib + 100 * 1024, (normal_kib, huge_kib)  # not 1.6 GB more
+    assert huge_s < normal_s + 5.0, (normal_s, huge_s)
 
 
 def test_inference_memory_is_reported_per_category_and_absent_is_a_warning(checkpoint_file):

@@ -81,6 +81,21 @@ def resolve_builder(spec: ActorSpec) -> Any:
     return builder
 
 
+def builtin_tensor_shapes(spec: ActorSpec, obs_dim: int, action_dim: int) -> dict[str, tuple]:
+    """The shape of every tensor of the state dict ``spec``'s builder makes, built on the meta
+    device: no memory for the weights and no initialisation run, whatever size the kwargs ask
+    for (those of an untrusted file). For drl's own builders (``kind == "builtin"``): a custom
+    builder is not imported here."""
+    import torch
+
+    if spec.kind != "builtin":
+        raise ValueError(f"builtin_tensor_shapes: {spec.builder} is not a built-in builder")
+    builder = resolve_builder(spec)
+    with torch.device("meta"):
+        module = builder(obs_dim=obs_dim, action_dim=action_dim, device="meta", **spec.kwargs)
+    return {name: tuple(tensor.shape) for name, tensor in module.state_dict().items()}
+
+
 def build_policy_actor(
     spec: ActorSpec,
     obs_dim: int,

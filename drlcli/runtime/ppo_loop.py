@@ -82,6 +82,7 @@ class PPORoundLoop:
         if stored is not None:
             states = stored.learner_states
             self._restore_reward_scalers(states)
+            self._restore_rollout_actors(states)
             if len(states) != len(self.learners):  # another device count: start from the mean
                 networks = [{part: s[part] for part in ("actor", "value")} for s in states]
                 states = [{**average_state_dicts(networks), "optimizer": states[0]["optimizer"]}]
@@ -93,6 +94,9 @@ class PPORoundLoop:
             _get([w.load_network_state.remote(initial) for w in self.learners[1:]], self.roles)
         self.parameter_refs = [learner.network_state.remote() for learner in self.learners]
         self.obs_rms_ref = self.parameter_server.get_obs_rms.remote()
+        if stored is None and params.normalize_observations:
+            steps = params.observation_warmup_steps or config.rollout_length
+            self.obs_rms_ref = self._warm_up_observations(steps)
         self.last_trained_refs: list[Any] = []
 
     def run_round(self, round_index: int, fraction_done: float) -> tuple[list[dict], dict]:
@@ -152,37 +156,79 @@ class PPORoundLoop:
             )
         )
 
+    def _warm_up_observations(self, steps: int) -> Any:
+        """Every rollout actor's warm-up (``MuJoCoActor.warm_up_observations``), its moments
+        merged like a round's increments and then once into the ParameterServer, so that the
+        first round already standardises. Returns the reference of the merged statistics."""
+        calls = [actor.warm_up_observations.remote(steps) for actor in self.rollout_actors]
+        answers = [
+            self._answer(
+                index,
+                calls[index],
+                partial(self.rollout_actors[index].warm_up_observations.remote, steps),
+            )
+            for index in range(len(self.rollout_actors))
+        ]
+        increment = merge_rms_states([RmsState.from_dict(a["obs_rms_moments"]) for a in answers])
+        return self.parameter_server.update_obs_rms.remote(increment.to_dict())
+
     def _sampled_stats(
         self, actor_index: int, sampling: list[tuple[Any, Any]], obs_rms_ref: Any
     ) -> dict[str, Any]:
-        """The stats of rollout actor ``actor_index``'s sample. Where its process died (during
-        the sample or before it), Ray restarts it; its reward-scaler moments of the previous
-        round are restored and the sample is redone with the same parameters and statistics
-        (``sampling`` then holds the new refs)."""
+        """The stats of rollout actor ``actor_index``'s sample (``_answer``); a redone sample
+        uses the same parameters and statistics, and ``sampling`` then holds its refs."""
+
+        def redo() -> Any:
+            sampling[actor_index] = self._sample(actor_index, obs_rms_ref)
+            return sampling[actor_index][1]
+
+        return self._answer(actor_index, sampling[actor_index][1], redo)
+
+    def _answer(self, actor_index: int, ref: Any, redo: Any) -> dict[str, Any]:
+        """What rollout actor ``actor_index``'s call ``ref`` returns (a dict with the
+        ``process_id`` it ran in). Where its process died (during the call or before it), Ray
+        restarts it; its reward-scaler moments of the previous round are restored and the call
+        is made again with ``redo()`` (which returns the new ref)."""
         while True:
             try:
-                stats = _get(sampling[actor_index][1], self.roles)
+                answer = _get(ref, self.roles)
             except WorkerDied as death:
-                if death.init_failed or death.actor_id != actor_id_of(
-                    self.rollout_actors[actor_index]
-                ):
-                    raise
-                self.restarts.died(actor_index, death.reason)
+                self._count_death(actor_index, death)
             else:
-                if not self.restarts.restarted_unseen(actor_index, stats["process_id"]):
-                    return stats
-            restore = self.rollout_actors[actor_index].restore_reward_scaler.remote
-            get_when_restarted(partial(restore, self.reward_moments[actor_index]), self.roles)
-            sampling[actor_index] = self._sample(actor_index, obs_rms_ref)
+                if not self.restarts.restarted_unseen(actor_index, answer["process_id"]):
+                    return answer
+            self._restore(actor_index)
+            ref = redo()
+
+    def _restore(self, actor_index: int) -> None:
+        """Restore a restarted rollout actor's reward-scaler moments; a process that dies again
+        while it is restored is one restart more (``max_rollout_actor_restarts`` decides)."""
+        restore = self.rollout_actors[actor_index].restore_reward_scaler.remote
+        while True:
+            try:
+                get_when_restarted(partial(restore, self.reward_moments[actor_index]), self.roles)
+                return
+            except WorkerDied as death:
+                self._count_death(actor_index, death)
+
+    def _count_death(self, actor_index: int, death: WorkerDied) -> None:
+        """Count the death of rollout actor ``actor_index``'s process; any other death (or a
+        constructor that raised: a restart would fail the same way) ends the run."""
+        if death.init_failed or death.actor_id != actor_id_of(self.rollout_actors[actor_index]):
+            raise death
+        self.restarts.died(actor_index, death.reason)
 
     def checkpoint_parts(self) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         """The global observation statistics and every learner's resumable state, which
         includes the reward-scaler moments of its rollout actors (``reward_scalers``)."""
         obs_rms = self.parameter_server.get_obs_rms.remote()
+        rollout_refs = [actor.state_dict.remote() for actor in self.rollout_actors]
         states = _get([learner.state_dict.remote() for learner in self.learners], self.roles)
+        rollout_states = _get(rollout_refs, self.roles)
         for learner_index, state in enumerate(states):
             owned = self.topology.actors_of_learner(learner_index)
             state["reward_scalers"] = [self.reward_moments[a] for a in owned]
+            state["rollout_actors"] = [rollout_states[a] for a in owned]
         return _get(obs_rms, self.roles), states
 
     def _restore_reward_scalers(self, states: list[dict[str, Any]]) -> None:
@@ -220,6 +266,31 @@ class PPORoundLoop:
             ],
             self.roles,
         )
+
+    def _restore_rollout_actors(self, states: list[dict[str, Any]]) -> None:
+        """Each rollout actor continues its episodes, noise and discounted returns where the
+        checkpoint left them (``MuJoCoActor.state_dict``): the resumed run samples what the
+        uninterrupted one would have. Only under the same topology and number of environments;
+        otherwise (and for checkpoints without them) the episodes restart from reset."""
+        stored = [state.get("rollout_actors") for state in states]
+        if any(per_learner is None for per_learner in stored) or len(stored) != len(self.learners):
+            return
+        assignment: dict[int, Any] = {}
+        for learner_index, per_learner in enumerate(stored):
+            owned = self.topology.actors_of_learner(learner_index)
+            if len(per_learner) != len(owned):
+                return
+            assignment |= dict(zip(owned, per_learner, strict=True))
+        if any(
+            len(state["envs"]["envs"]) != self.config.env.num_envs for state in assignment.values()
+        ):
+            return
+        calls = [
+            actor.load_state_dict.remote(assignment[index])
+            for index, actor in enumerate(self.rollout_actors)
+        ]
+        for index, answer in enumerate(_get(calls, self.roles)):
+            self.restarts.restarted_unseen(index, answer["process_id"])  # the pid to watch
 
     def close(self) -> None:
         import ray

@@ -161,7 +161,7 @@ def get_or_raise(refs: Any, roles: Mapping[str, str] | None = None) -> Any:
                 done, pending = ray.wait(pending, num_returns=1)
                 ray.get(done)
         return ray.get(refs)
-    except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError) as error:
+    except ray.exceptions.RayError as error:
         raise worker_error(error, roles) from None
 
 
@@ -173,13 +173,16 @@ def worker_error(error: Exception, roles: Mapping[str, str] | None = None) -> Dr
         cause = error.cause
         if isinstance(cause, DrlError):
             return cause
+        if isinstance(cause, ray.exceptions.RayError):  # a worker's own Ray call failed
+            return worker_error(cause, roles)
         if isinstance(cause, ValueError) and "NaN or infinite" in str(cause):
             return TrainingError(
                 "the environment returned NaN or infinite observations; check the task"
             )
         first_line = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
         return TrainingError(f"a training worker failed: {type(cause).__name__}: {first_line}")
-    assert isinstance(error, ray.exceptions.RayActorError)
+    if not isinstance(error, ray.exceptions.RayActorError):
+        return TrainingError(f"{ray_failure(error)}: {_first_line(error)}")
     role = (roles or {}).get(error.actor_id or "", "a training process")
     init_failed = bool(getattr(error, "_actor_init_failed", False))
     if init_failed:
@@ -188,6 +191,33 @@ def worker_error(error: Exception, roles: Mapping[str, str] | None = None) -> Dr
         return WorkerDied(f"{role} could not start: {reason}", error.actor_id, reason, True)
     reason = death_reason(error)
     return WorkerDied(f"{role} died ({reason})", error.actor_id, reason, False)
+
+
+def ray_failure(error: Exception) -> str:
+    """What a Ray failure other than a worker's own error or death means, in drl's words."""
+    import ray
+
+    exceptions = ray.exceptions
+    if isinstance(error, exceptions.OwnerDiedError):
+        return "a result was lost: the process that made it died"
+    if isinstance(error, exceptions.ObjectFetchTimedOutError):
+        return "a result could not be fetched from the node that holds it in time"
+    if isinstance(error, exceptions.ObjectLostError):
+        return "a result was lost from Ray's object store (its node died or it was freed)"
+    if isinstance(error, (exceptions.NodeDiedError, exceptions.LocalRayletDiedError)):
+        return "a Ray node left the cluster"
+    if isinstance(error, exceptions.WorkerCrashedError):
+        return "a Ray worker process crashed"
+    if isinstance(error, exceptions.OutOfMemoryError):
+        return "Ray killed a process to free memory (lower num_envs or num_actors)"
+    if isinstance(error, (exceptions.ObjectStoreFullError, exceptions.OutOfDiskError)):
+        return "Ray's object store or its disk is full"
+    return f"Ray failed ({type(error).__name__})"
+
+
+def _first_line(error: Exception) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0][:300] if lines else type(error).__name__
 
 
 def get_when_restarted(
@@ -207,5 +237,5 @@ def get_when_restarted(
                     f"a restarted process did not come back within {timeout_s:g} s"
                 ) from None
             time.sleep(0.1)
-        except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError) as error:
+        except ray.exceptions.RayError as error:
             raise worker_error(error, roles) from None

@@ -38,6 +38,7 @@ from drlcli.checkpoint import (
     RunProgress,
     check_fits,
     non_finite_tensors,
+    read_checkpoint,
     validate_actor_semantics,
     validate_learner_states,
     write_checkpoint,
@@ -160,6 +161,8 @@ def train(
         )
         if progress.best_criterion != criterion:  # the stored best measured something else
             progress.best_return, progress.best_criterion = None, criterion
+        if stored is not None:
+            progress.best_return = _best_return_on_disk(config, stored, progress, steps_per_round)
         # Counted in env steps, so a resume may change the round size (more rollout actors).
         rounds_left = math.ceil((config.total_env_steps - progress.env_steps) / steps_per_round)
         total_rounds = progress.round + rounds_left
@@ -316,6 +319,34 @@ def _load_for_resume(
     return checkpoint
 
 
+def _best_return_on_disk(
+    config: Config, stored: Checkpoint, progress: RunProgress, steps_per_round: int
+) -> float | None:
+    """The best a resumed run must beat: the higher of the resumed checkpoint's record and the
+    best file's own. The best file is written before the latest checkpoint, so a run killed
+    between the two writes left a newer best there. A best file of another run (other actor,
+    task or criterion, or trained further than one round past the checkpoint) is not counted,
+    nor one that cannot be read."""
+    path = config.best_checkpoint_path
+    if not path.is_file():
+        return progress.best_return
+    try:
+        best = read_checkpoint(path)
+    except DrlError:
+        return progress.best_return
+    same_run = (
+        best.actor_semantics == stored.actor_semantics
+        and best.env.id == stored.env.id
+        and best.progress.best_criterion == progress.best_criterion
+        and best.progress.env_steps <= stored.progress.env_steps + steps_per_round
+    )
+    if not same_run or best.progress.best_return is None:
+        return progress.best_return
+    if progress.best_return is None:
+        return best.progress.best_return
+    return max(progress.best_return, best.progress.best_return)
+
+
 class StopRequest:
     """Ctrl-C or SIGTERM (what Slurm and Kubernetes send before killing) during training: the
     first finishes the round in progress (its metrics row and checkpoint are written), then
@@ -435,16 +466,19 @@ def _run(
                     checkpoint = build_checkpoint(
                         algorithm, config, actor, facts, progress, obs_rms_state, learner_states
                     )
-                    write_checkpoint(config.checkpoint_path, checkpoint)
-                    if saves_replay:
-                        loop.save_replay(replay_path(config.checkpoint_path))
+                    # The best first: the latest checkpoint records the best as it is after
+                    # this round's offer (a resume reads it from there).
                     if evaluator.periodic:
                         if evaluated is not None:
                             best.offer_evaluated(*evaluated)
-                        if evaluator.due(progress.env_steps):
-                            evaluator.submit(checkpoint)
                     else:
                         best.offer_training_return(row["episode_return_mean"], checkpoint)
+                    checkpoint = _with_progress(checkpoint, progress)
+                    write_checkpoint(config.checkpoint_path, checkpoint)
+                    if saves_replay:
+                        loop.save_replay(replay_path(config.checkpoint_path))
+                    if evaluator.periodic and evaluator.due(progress.env_steps):
+                        evaluator.submit(checkpoint)
                 except StorageError as error:
                     raise _failed_round(error, progress.round, config) from None
                 display.update(row, total_rounds)
@@ -461,9 +495,9 @@ def _run(
         # The final policy is always evaluated; the latest checkpoint records the result.
         final_evaluation = final_evaluation or evaluator.evaluate_now(checkpoint)
         checkpoint = dataclasses.replace(checkpoint, evaluation=final_evaluation.to_dict())
-        write_checkpoint(config.checkpoint_path, checkpoint)
         if evaluator.periodic:
             best.offer_evaluated(final_evaluation, checkpoint)
+        write_checkpoint(config.checkpoint_path, _with_progress(checkpoint, progress))
 
     summary = TrainingSummary(
         rounds=progress.round,
@@ -483,6 +517,11 @@ def _run(
     )
     display.summary(summary)
     return summary
+
+
+def _with_progress(checkpoint: Checkpoint, progress: RunProgress) -> Checkpoint:
+    """``checkpoint`` with the run's counters as they stand now (the best after an offer)."""
+    return dataclasses.replace(checkpoint, progress=dataclasses.replace(progress))
 
 
 def _check_finite(learner_states: list[dict[str, Any]], round_number: int, config: Config) -> None:

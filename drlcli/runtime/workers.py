@@ -19,7 +19,12 @@ from drlcli.algos.flash_sac.learner import FlashSACLearner
 from drlcli.algos.flash_sac.params import FlashSACParams
 from drlcli.algos.ppo.learner import Learner
 from drlcli.algos.ppo.params import PPOParams
-from drlcli.runtime.ray_session import get_or_raise, get_when_restarted, worker_error
+from drlcli.runtime.ray_session import (
+    WorkerDied,
+    get_or_raise,
+    get_when_restarted,
+    worker_error,
+)
 from drlcli.runtime.restarts import RestartCounter
 
 
@@ -109,11 +114,13 @@ class RayStepperPool:
         try:
             return ray.get(self._futures[position])
         except ray.exceptions.RayActorError as error:
-            death = worker_error(error)
-            if death.init_failed:
-                raise death from None
-            self.restarts.died(position, death.reason)
-        fresh = get_when_restarted(self.handles[position].observations.remote)
+            self._count_death(position, worker_error(error))
+        while True:  # a process that dies again before it answers is one restart more
+            try:
+                fresh = get_when_restarted(self.handles[position].observations.remote)
+                break
+            except WorkerDied as death:
+                self._count_death(position, death)
         return {
             "next_obs": fresh,
             "final_obs": fresh,
@@ -124,6 +131,19 @@ class RayStepperPool:
             "finished_lengths": [],
             "lost": np.ones(self.num_envs, dtype=bool),
         }
+
+    def state_dicts(self) -> list[dict[str, Any]]:
+        return get_or_raise([handle.state_dict.remote() for handle in self.handles])
+
+    def load_state_dicts(self, states: list[dict[str, Any]]) -> None:
+        calls = [h.load_state_dict.remote(s) for h, s in zip(self.handles, states, strict=True)]
+        for position, answer in enumerate(get_or_raise(calls)):
+            self.restarts.restarted_unseen(position, answer["process_id"])  # the pid to watch
+
+    def _count_death(self, position: int, death: Any) -> None:
+        if not isinstance(death, WorkerDied) or death.init_failed:
+            raise death
+        self.restarts.died(position, death.reason)
 
 
 class DataParallelMember:
@@ -226,4 +246,4 @@ class FlashSACLearnerWorker(DataParallelMember):
         return self.collector.replay.arrays()
 
     def load_replay_arrays(self, arrays: dict[str, np.ndarray]) -> None:
-        self.collector.replay.load_arrays(arrays)
+        self.collector.load_replay(arrays)

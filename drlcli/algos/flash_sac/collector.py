@@ -45,6 +45,15 @@ class EnvStepper:
     def observations(self) -> np.ndarray:
         return self.envs.obs.astype(np.float32)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The episodes in progress (``EnvBatch.state_dict``), for an exact resume."""
+        return {"envs": self.envs.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> dict[str, Any]:
+        """Continue the episodes ``state_dict`` recorded; returns ``{process_id}``."""
+        self.envs.load_state_dict(state["envs"])
+        return {"process_id": os.getpid()}
+
     def step(self, actions: np.ndarray) -> dict[str, Any]:
         """Step every env; ``final_obs`` is the pre-reset observation (the transition's s').
         ``process_id`` tells the caller when Ray replaced a dead process between two steps."""
@@ -78,6 +87,14 @@ class EnvStepperPool(Protocol):
         stepper's process was restarted; ``next_obs`` is the fresh episode's first)."""
         ...
 
+    def state_dicts(self) -> list[dict[str, Any]]:
+        """``EnvStepper.state_dict`` of every stepper."""
+        ...
+
+    def load_state_dicts(self, states: list[dict[str, Any]]) -> None:
+        """``EnvStepper.load_state_dict`` of every stepper, in order."""
+        ...
+
 
 class LocalStepperPool:
     """Env steppers in this process, stepped one after the other (tests, benchmarks)."""
@@ -95,6 +112,13 @@ class LocalStepperPool:
 
     def wait(self) -> list[dict[str, Any]]:
         return self._pending
+
+    def state_dicts(self) -> list[dict[str, Any]]:
+        return [stepper.state_dict() for stepper in self.steppers]
+
+    def load_state_dicts(self, states: list[dict[str, Any]]) -> None:
+        for stepper, state in zip(self.steppers, states, strict=True):
+            stepper.load_state_dict(state)
 
 
 class FlashSACCollector:
@@ -224,14 +248,87 @@ class FlashSACCollector:
         return stats, metrics
 
     def state_dict(self) -> dict[str, Any]:
-        """What resume needs: the learner's state, the reward statistics, the transitions."""
+        """What resume needs: the learner's state, the reward statistics, the transitions;
+        and what makes it exact (``collection``): the env steppers' episodes in progress, the
+        random streams (torch's, the warm-up's, the replay's sampling), the held exploration
+        noise, the replay ring's write position and the update budget's remainder."""
+        from drlcli.env_state import generator_state
+
         return {
             **self.learner.state_dict(),
             "return_scaler": self.reward_scaler.state_dict(),
             "transitions": self.transitions,
+            "collection": {
+                "steppers": self.steppers.state_dicts(),
+                "obs": self.obs.copy(),
+                "dones": self.dones.copy(),
+                "discounted_return": self.reward_scaler.discounted_return.copy(),
+                "update_budget": float(self.update_budget),
+                "updating": bool(self.updating),
+                "torch_rng": torch.get_rng_state(),
+                "cuda_rng": (
+                    torch.cuda.get_rng_state(self.learner.device)
+                    if self.learner.device.type == "cuda"
+                    else None
+                ),
+                "warmup_rng": generator_state(self.rng),
+                "replay_rng": generator_state(self.replay._rng),
+                "replay_next": int(self.replay._next),
+                "replay_size": len(self.replay),
+                "explore": exploration_state(self.learner.actor),
+            },
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.learner.load_state_dict(state)
         self.reward_scaler.load_state_dict(state["return_scaler"])
         self.transitions = int(state["transitions"])
+        collection = state.get("collection")  # absent: an older drl, another learner count
+        if collection is not None and len(collection["obs"]) == len(self.obs):
+            self._load_collection(collection)
+
+    def _load_collection(self, collection: dict[str, Any]) -> None:
+        from drlcli.env_state import generator_of
+
+        self.steppers.load_state_dicts(collection["steppers"])
+        self.obs = np.asarray(collection["obs"], dtype=np.float32).copy()
+        self.dones = np.asarray(collection["dones"], dtype=bool).copy()
+        self.reward_scaler.discounted_return = np.asarray(
+            collection["discounted_return"], dtype=np.float64
+        ).copy()
+        self.update_budget = float(collection["update_budget"])
+        self.updating = bool(collection["updating"])
+        torch.set_rng_state(torch.as_tensor(collection["torch_rng"], dtype=torch.uint8))
+        cuda_rng = collection.get("cuda_rng")
+        if cuda_rng is not None and self.learner.device.type == "cuda":
+            torch.cuda.set_rng_state(
+                torch.as_tensor(cuda_rng, dtype=torch.uint8), self.learner.device
+            )
+        self.rng = generator_of(collection["warmup_rng"])
+        self.replay._rng = generator_of(collection["replay_rng"])
+        self._replay_layout = (int(collection["replay_size"]), int(collection["replay_next"]))
+        load_exploration_state(self.learner.actor, collection["explore"])
+
+    def load_replay(self, arrays: dict[str, np.ndarray]) -> None:
+        """Refill the replay buffer; the transitions of the checkpoint's own buffer go back to
+        the ring positions they held (uniform sampling then draws what it would have)."""
+        layout = getattr(self, "_replay_layout", None)
+        count = len(arrays["obs"])
+        next_index = layout[1] if layout is not None and layout[0] == count else None
+        self.replay.load_arrays(arrays, next_index=next_index)
+
+
+def exploration_state(actor: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The tensors a policy actor keeps outside its parameters and buffers (the built-in
+    actor's held noise and its remaining steps): what ``explore`` continues from."""
+    return {
+        name: value.detach().clone()
+        for name, value in vars(actor).items()
+        if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter)
+    }
+
+
+def load_exploration_state(actor: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
+    device = next(actor.parameters()).device
+    for name, value in state.items():
+        setattr(actor, name, torch.as_tensor(value).to(device).clone())

@@ -58,6 +58,33 @@ def adam(parameters: Any, learning_rate: float, graphed: bool) -> torch.optim.Ad
     return torch.optim.Adam(parameters, rate, fused=fused, capturable=graphed)
 
 
+def load_moments(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """Load a saved optimiser's moments and step counts, keeping this optimiser's settings.
+
+    ``Optimizer.load_state_dict`` also copies every saved param-group field: a checkpoint
+    written on a CPU (``capturable=False``, a float ``lr``) and resumed on a GPU with the CUDA
+    graph could not be captured, and one written by a graphed learner would bring back its
+    device ``lr`` tensor where this learner holds a float. The groups keep what this learner
+    made (the same objects: a captured graph reads the ``lr`` tensor), and each ``step`` counter
+    goes where these settings want it: beside its parameter for a capturable or fused Adam,
+    on the CPU otherwise.
+    """
+    settings = [
+        {key: value for key, value in group.items() if key != "params"}
+        for group in optimizer.param_groups
+    ]
+    optimizer.load_state_dict(state)
+    for group, own in zip(optimizer.param_groups, settings, strict=True):
+        group.update(own)
+        on_device = bool(group.get("capturable") or group.get("fused"))
+        for parameter in group["params"]:
+            moments = optimizer.state.get(parameter)
+            if moments is None or not isinstance(moments.get("step"), torch.Tensor):
+                continue
+            device = parameter.device if on_device else torch.device("cpu")
+            moments["step"] = moments["step"].to(device=device, dtype=torch.float32)
+
+
 class FlashSACLearner:
     """Owns ``learner.actor`` (the one policy instance), the critics, temperature, optimisers.
 
@@ -295,9 +322,9 @@ class FlashSACLearner:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.load_network_state(state)
-        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
-        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
-        self.temperature_optimizer.load_state_dict(state["temperature_optimizer"])
+        load_moments(self.actor_optimizer, state["actor_optimizer"])
+        load_moments(self.critic_optimizer, state["critic_optimizer"])
+        load_moments(self.temperature_optimizer, state["temperature_optimizer"])
         self.updates = int(state["updates"])
         names = state.get("aux_names")
         self.aux_names = frozenset(names) if names is not None else None

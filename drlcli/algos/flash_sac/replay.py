@@ -49,10 +49,13 @@ class TransitionReplay:
         order = (self._next - self.size + np.arange(self.size)) % self.capacity
         return {name: getattr(self, name)[order] for name in self.FIELDS}
 
-    def load_arrays(self, arrays: dict[str, np.ndarray]) -> None:
-        """Replace the contents (the newest ``capacity`` transitions are kept)."""
-        self.size, self._next = 0, 0
-        count = len(arrays["obs"])
+    def load_arrays(self, arrays: dict[str, np.ndarray], next_index: int | None = None) -> None:
+        """Replace the contents (the newest ``capacity`` transitions are kept), oldest first
+        from ring position 0, or, with ``next_index``, so that the newest ends just before it:
+        the positions they held in the buffer ``arrays()`` read them from."""
+        count = min(len(arrays["obs"]), self.capacity)
+        start = 0 if next_index is None else (int(next_index) - count) % self.capacity
+        self.size, self._next = 0, start
         if count:
             self.add(*(np.asarray(arrays[name])[-self.capacity :] for name in self.FIELDS))
 

@@ -27,7 +27,9 @@ def learner_states_for(states: Sequence[dict[str, Any]], count: int) -> list[dic
     if len(states) == count:
         return list(states)
     merged = {
-        **states[0],  # optimisers and aux-loss names of learner 0
+        # Optimisers and aux-loss names of learner 0; not its collection (episodes in progress,
+        # random streams): the new learners' rollout actors start their episodes afresh.
+        **{key: value for key, value in states[0].items() if key != "collection"},
         **average_state_dicts([{name: state[name] for name in NETWORKS} for state in states]),
         "updates": round(sum(int(state["updates"]) for state in states) / count),
         "transitions": sum(int(state["transitions"]) for state in states) // count,

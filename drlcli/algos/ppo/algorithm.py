@@ -44,6 +44,26 @@ def reward_scalers_problem(state: dict[str, Any]) -> str | None:
     return None
 
 
+def rollout_actors_problem(state: dict[str, Any]) -> str | None:
+    """What is wrong with a learner state's optional ``rollout_actors`` (one
+    ``MuJoCoActor.state_dict()`` per rollout actor of the learner), or None; whether each fits
+    its rollout actor is checked when it is loaded."""
+    rollout_actors = state.get("rollout_actors")
+    if rollout_actors is None:
+        return None
+    if not isinstance(rollout_actors, list):
+        return f"rollout_actors is a {type(rollout_actors).__name__}, expected a list"
+    for index, entry in enumerate(rollout_actors):
+        if not isinstance(entry, dict) or not {"envs", "torch_rng"} <= set(entry):
+            return f"rollout_actors[{index}] is not a rollout actor's state"
+    return None
+
+
+def learner_state_problem(state: dict[str, Any]) -> str | None:
+    """What keeps a stored PPO learner state from being resumed, or None."""
+    return reward_scalers_problem(state) or rollout_actors_problem(state)
+
+
 def value_network_problem(
     params: PPOParams, state: dict[str, Any], obs_dim: int, action_dim: int
 ) -> str | None:
@@ -107,7 +127,7 @@ PPO = Algorithm(
     observation_clip=lambda params: (
         params.observation_clip if params.normalize_observations else None
     ),
-    check_learner_state=reward_scalers_problem,
+    check_learner_state=learner_state_problem,
     check_resume=value_network_problem,
     check_actor=check_actor,
     memory_needs=ppo_memory_needs,

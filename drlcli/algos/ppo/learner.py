@@ -149,8 +149,13 @@ class Learner:
         self.value_network.load_state_dict(state["value"])
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything resume needs: ``{actor, value, optimizer}``."""
-        return {**self.network_state(), "optimizer": self.optimizer.state_dict()}
+        """Everything resume needs: ``{actor, value, optimizer, shuffle_generator}`` (the
+        minibatch order's generator: a resumed run draws the same orders)."""
+        return {
+            **self.network_state(),
+            "optimizer": self.optimizer.state_dict(),
+            "shuffle_generator": self.shuffle_generator.get_state(),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Load ``state_dict()`` output. The optimiser state may be over the flat parameters
@@ -163,6 +168,14 @@ class Learner:
                 f"the checkpoint's optimiser state does not fit this learner ({error}); it was "
                 "written by another drl version or network layout: start a new run instead"
             ) from None
+        generator = state.get("shuffle_generator")  # absent in checkpoints of older drl
+        if generator is not None:
+            try:
+                self.shuffle_generator.set_state(torch.as_tensor(generator, dtype=torch.uint8))
+            except (RuntimeError, TypeError) as error:
+                raise CheckpointError(
+                    f"the checkpoint's shuffle_generator state is damaged ({error})"
+                ) from None
 
     def learning_rate(self, fraction_done: float) -> float:
         """The step size of a round that starts ``fraction_done`` into the run: linear decay

@@ -48,6 +48,10 @@ class PPOParams:
     """Initial state-independent log standard deviation of the Gaussian policy."""
     normalize_observations: bool = True
     """Standardise observations with running statistics merged across rollout actors."""
+    observation_warmup_steps: int | None = field(default=None, metadata=positive())
+    """Steps of every environment under uniformly random actions before the first round, whose
+    observation moments start the statistics (then the environments reset); null: one
+    ``rollout_length``. Only with ``normalize_observations``, only on a fresh run."""
     observation_clip: float = field(
         default=DEFAULT_OBSERVATION_CLIP, metadata=in_range(0.0, low_open=True)
     )

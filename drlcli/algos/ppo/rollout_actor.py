@@ -50,7 +50,8 @@ class MuJoCoActor:
         torch.set_num_threads(1)  # small networks: one thread is fastest and deterministic
         self.actor_id = actor_id
         self.params = params
-        torch.manual_seed(rollout_actor_seed(env_config, actor_id))
+        self.seed = rollout_actor_seed(env_config, actor_id)
+        torch.manual_seed(self.seed)
         self.envs = EnvBatch.for_rollout_actor(env_config, actor_id)
         facts = self.envs.facts
         self.action_low, self.action_high = facts.action_low, facts.action_high
@@ -183,6 +184,32 @@ class MuJoCoActor:
         }
         return trajectory, stats
 
+    def warm_up_observations(self, steps: int) -> dict[str, Any]:
+        """Step every environment ``steps`` times with actions drawn uniformly from the action
+        box, then restart the environments as they were made (``EnvBatch.restart``): the first
+        round starts from the same states and random streams as without the warm-up, and
+        torch's sampling stream is untouched (the actions come from numpy, seeded apart).
+
+        Returns:
+            ``{actor_id, process_id, obs_rms_moments}``: the moments of the ``steps * num_envs``
+            raw observations seen (the statistics the first round standardises with).
+        """
+        generator = np.random.default_rng([self.seed, 1])
+        num_envs, obs_dim = self.envs.num_envs, self.envs.facts.obs_dim
+        raw_obs = np.empty((steps, num_envs, obs_dim), dtype=np.float64)
+        for t in range(steps):
+            raw_obs[t] = self.envs.obs
+            actions = generator.uniform(
+                self.action_low, self.action_high, size=(num_envs, len(self.action_low))
+            )
+            self.envs.step(actions)
+        self.envs.restart()
+        return {
+            "actor_id": self.actor_id,
+            "process_id": os.getpid(),
+            "obs_rms_moments": compute_batch_moments(raw_obs.reshape(-1, obs_dim)).to_dict(),
+        }
+
     def _sample_actions(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Raw policy actions ``[N, A]`` for normalised observations ``[N, O]`` (float32) and
         their log-probabilities ``[N]``."""
@@ -200,6 +227,43 @@ class MuJoCoActor:
         if self.dense_value is None:
             return self.value_network(torch.from_numpy(obs)).numpy()
         return self.dense_value.forward(obs)[-1][:, 0]
+
+    def state_dict(self) -> dict[str, Any]:
+        """What the next sample depends on beyond the parameters and statistics it is given:
+        the environments' episodes in progress (``EnvBatch.state_dict``), torch's generator
+        (the sampling noise) and each env's discounted return of the reward scaler. With it a
+        resumed run samples what the uninterrupted one would have (Method.md)."""
+        return {
+            "actor_id": self.actor_id,
+            "envs": self.envs.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "discounted_return": (
+                None if self.reward_scaler is None else self.reward_scaler.discounted_return.copy()
+            ),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> dict[str, Any]:
+        """Continue where ``state_dict`` was taken (a rollout actor of the same task, number of
+        environments and settings). Returns ``{actor_id, process_id}``.
+
+        Raises:
+            CheckpointError: the state does not fit this rollout actor.
+        """
+        from drlcli.errors import CheckpointError
+
+        try:
+            self.envs.load_state_dict(state["envs"])
+            torch.set_rng_state(torch.as_tensor(state["torch_rng"], dtype=torch.uint8))
+            if self.reward_scaler is not None and state["discounted_return"] is not None:
+                stored = np.asarray(state["discounted_return"], dtype=np.float64)
+                if stored.shape != self.reward_scaler.discounted_return.shape:
+                    raise ValueError(f"discounted returns of shape {stored.shape}")
+                self.reward_scaler.discounted_return = stored.copy()
+        except (KeyError, TypeError, ValueError, RuntimeError) as error:
+            raise CheckpointError(
+                f"rollout actor {self.actor_id}'s stored state does not fit it ({error})"
+            ) from None
+        return {"actor_id": self.actor_id, "process_id": os.getpid()}
 
     def restore_reward_scaler(self, state: dict[str, Any] | None) -> None:
         if self.reward_scaler is not None:
