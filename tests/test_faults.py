@@ -327,9 +327,11 @@ def test_a_dead_evaluator_is_restarted_and_evaluations_go_on(tmp_path):
 
 
 @pytest.mark.parametrize("algo", ["ppo", "flash_sac"])
-def test_a_rollout_actor_that_dies_again_while_it_is_restored_is_one_restart_more(tmp_path, algo):
+def test_a_rollout_actor_that_dies_again_while_it_is_restarted_does_not_end_the_run(tmp_path, algo):
     """The process dies in round 2; the process Ray starts in its place dies while it is made,
-    before the restoration answers: two restarts of one rollout actor, within the limit."""
+    before the restoration answers. The run goes on with a third process and completes. (Ray
+    restarts a process that dies in its constructor without telling its caller: drl counts the
+    deaths it sees, the one of round 2.)"""
     path = tmp_path / f"{algo}.yaml"
     path.write_text(
         f"algo: {algo}\nenv: {{id: 'tests.range_envs:drltest/DieTwice-v0', num_envs: 2, "
@@ -343,4 +345,84 @@ def test_a_rollout_actor_that_dies_again_while_it_is_restored_is_one_restart_mor
     assert (tmp_path / "first").exists() and (tmp_path / "second").exists()
     assert summary.rounds == 3
     rows = read_metrics(config.metrics_path)
-    assert [row["rollout_actor_restarts"] for row in rows] == ["0", "2", "0"]
+    assert [row["rollout_actor_restarts"] for row in rows] == ["0", "1", "0"]
+
+
+class _Dying:
+    """A stand-in for ``get_when_restarted``: the restarted process dies ``deaths`` times while
+    it is restored (Ray's actor error), then answers."""
+
+    def __init__(self, deaths: int, actor_id: str) -> None:
+        self.deaths, self.actor_id, self.calls = deaths, actor_id, 0
+
+    def __call__(self, call, roles=None, timeout_s=300.0):
+        from drlcli.runtime.ray_session import WorkerDied
+
+        self.calls += 1
+        if self.calls <= self.deaths:
+            raise WorkerDied("rollout actor 0 died", self.actor_id, "pid 1: killed", False)
+        return {"process_id": 2}
+
+
+@pytest.mark.parametrize(("deaths", "survives"), [(1, True), (2, False)])
+def test_a_death_while_a_rollout_actor_is_restored_is_one_restart_more(
+    monkeypatch, deaths, survives
+):
+    """PPO's driver: a process that dies while its reward statistics are restored counts as a
+    restart and is restored again; past ``max_rollout_actor_restarts`` the run stops."""
+    import drlcli.runtime.ppo_loop as ppo_loop
+    from drlcli.runtime.restarts import RestartCounter
+
+    loop = object.__new__(ppo_loop.PPORoundLoop)
+    method = type("Method", (), {"remote": staticmethod(lambda state: None)})()
+    handle = type("Handle", (), {"restore_reward_scaler": method})()
+    loop.rollout_actors, loop.reward_moments, loop.roles = [handle], [None], {}
+    loop.restarts = RestartCounter(2, [0])
+    loop.restarts.died(0, "the death that started the restore")
+    monkeypatch.setattr(ppo_loop, "actor_id_of", lambda handle: "actor-0")
+    dying = _Dying(deaths, "actor-0")
+    monkeypatch.setattr(ppo_loop, "get_when_restarted", dying)
+    if survives:
+        loop._restore(0)
+        assert loop.restarts.restarts == [1 + deaths] and dying.calls == deaths + 1
+    else:
+        with pytest.raises(TrainingError, match="died 3 times, more than max_rollout"):
+            loop._restore(0)
+
+
+def test_an_env_stepper_that_dies_again_while_it_comes_back_is_one_restart_more(monkeypatch):
+    """FlashSAC's learner: the same for a stepper whose fresh observations are fetched."""
+    import numpy
+    import ray
+
+    import drlcli.runtime.workers as workers
+    from drlcli.runtime.restarts import RestartCounter
+
+    class Failed:
+        def __init__(self):
+            self.remote = lambda: None
+
+    handle = type("Handle", (), {"observations": Failed()})()
+    pool = workers.RayStepperPool([handle], 2, RestartCounter(3, [0]))
+    pool._futures = ["in flight"]
+    died = ray.exceptions.ActorDiedError()
+
+    def get(ref):
+        raise died
+
+    monkeypatch.setattr(ray, "get", get)
+    monkeypatch.setattr(
+        workers,
+        "worker_error",
+        lambda error: workers.WorkerDied("stepper died", "actor-0", "pid 1: killed", False),
+    )
+    dying = _Dying(1, "actor-0")
+
+    def fresh_observations(call):
+        dying(call)
+        return numpy.zeros((2, 3))
+
+    monkeypatch.setattr(workers, "get_when_restarted", fresh_observations)
+    result = pool._result_or_restart(0)
+    assert pool.restarts.restarts == [2] and dying.calls == 2
+    assert result["lost"].all()
