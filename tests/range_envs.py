@@ -116,15 +116,16 @@ IMPROVING_ENV_ID = "drltest/Improving-v0"
 
 class ImprovingEnv(gymnasium.Env):
     """Reward ``steps / 100`` where ``steps`` counts this instance's steps since it was made:
-    every round's mean training return is higher than the previous one's (each round a best),
-    and a fresh process (a resumed run) starts low again. Episodes of 8 steps."""
+    every round's mean training return is higher than the previous one's (each round a best);
+    after ``peak_step`` steps the reward is -1 (every later round is worse than all before).
+    Episodes of 8 steps."""
 
     metadata = {"render_modes": []}
 
-    def __init__(self, render_mode: str | None = None) -> None:
+    def __init__(self, peak_step: int | None = None, render_mode: str | None = None) -> None:
         self.action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
         self.observation_space = spaces.Box(-np.inf, np.inf, shape=(3,), dtype=np.float64)
-        self.steps = 0
+        self.steps, self.peak_step = 0, peak_step
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
@@ -132,7 +133,9 @@ class ImprovingEnv(gymnasium.Env):
 
     def step(self, action):
         self.steps += 1
-        return self.np_random.normal(size=3), self.steps / 100.0, False, False, {}
+        past_peak = self.peak_step is not None and self.steps > self.peak_step
+        reward = -1.0 if past_peak else self.steps / 100.0
+        return self.np_random.normal(size=3), reward, False, False, {}
 
 
 if IMPROVING_ENV_ID not in gymnasium.registry:
@@ -190,3 +193,41 @@ class DieTwiceEnv(gymnasium.Env):
 
 if DIE_TWICE_ENV_ID not in gymnasium.registry:
     gymnasium.register(DIE_TWICE_ENV_ID, entry_point=DieTwiceEnv)
+
+
+PAUSE_ENV_ID = "drltest/PauseAt-v0"
+
+
+class PauseAtEnv(gymnasium.Env):
+    """At its ``at_step``-th step (counted from its process's start) creates
+    ``<marker_dir>/reached-<pid>`` and waits until ``<marker_dir>/release`` exists (at most
+    120 s): a rollout actor held in the middle of a round while a test breaks something."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, at_step: int, marker_dir: str, render_mode=None) -> None:
+        self.action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+        self.observation_space = spaces.Box(-np.inf, np.inf, shape=(3,), dtype=np.float64)
+        self.at_step, self.marker_dir, self.steps = at_step, marker_dir, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.np_random.normal(size=3), {}
+
+    def step(self, action):
+        import os
+        import time
+
+        self.steps += 1
+        if self.steps == self.at_step:
+            open(os.path.join(self.marker_dir, f"reached-{os.getpid()}"), "w").close()
+            deadline = time.monotonic() + 120
+            release = os.path.join(self.marker_dir, "release")
+            while not os.path.exists(release) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        reward = -float(np.abs(action).sum())
+        return self.np_random.normal(size=3), reward, False, self.steps % 25 == 0, {}
+
+
+if PAUSE_ENV_ID not in gymnasium.registry:
+    gymnasium.register(PAUSE_ENV_ID, entry_point=PauseAtEnv)

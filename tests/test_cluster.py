@@ -48,13 +48,14 @@ def cluster_processes(temp_dir: str) -> list[psutil.Process]:
     return list(found.values())
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    """(address, temp dir) of a two-node Ray on 127.0.0.1; stopped by PID afterwards."""
+@contextlib.contextmanager
+def two_node_cluster(head_cpus: int = 2):
+    """(address, temp dir) of a two-node Ray on 127.0.0.1 (node b with 2 CPUs); every process
+    it started is stopped by PID afterwards."""
     temp_dir = tempfile.mkdtemp(prefix="drlray", dir="/tmp")  # short: socket paths
     port = free_port()
     address = f"127.0.0.1:{port}"
-    common = ["--node-ip-address=127.0.0.1", "--num-cpus=2", f"--temp-dir={temp_dir}"]
+    common = ["--node-ip-address=127.0.0.1", f"--temp-dir={temp_dir}"]
     try:
         subprocess.run(
             [
@@ -62,6 +63,7 @@ def cluster():
                 "start",
                 "--head",
                 f"--port={port}",
+                f"--num-cpus={head_cpus}",
                 "--include-dashboard=false",
                 "--disable-usage-stats",
                 '--resources={"drltest_node_a": 1}',
@@ -73,7 +75,14 @@ def cluster():
             timeout=120,
         )
         subprocess.run(
-            [RAY, "start", f"--address={address}", '--resources={"drltest_node_b": 1}', *common],
+            [
+                RAY,
+                "start",
+                f"--address={address}",
+                "--num-cpus=2",
+                '--resources={"drltest_node_b": 1}',
+                *common,
+            ],
             env=ENV,
             check=True,
             capture_output=True,
@@ -90,6 +99,13 @@ def cluster():
         left = cluster_processes(temp_dir)
         shutil.rmtree(temp_dir, ignore_errors=True)
         assert not left, f"cluster processes left: {[p.pid for p in left]}"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """(address, temp dir) of a two-node Ray on 127.0.0.1; stopped by PID afterwards."""
+    with two_node_cluster() as running:
+        yield running
 
 
 def rollout_actor_nodes(address: str, class_name: str) -> set[str]:
@@ -259,3 +275,70 @@ def test_a_local_run_starts_its_own_ray_beside_a_cluster_on_this_machine(cluster
         timeout=240,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def node_b_raylet(temp_dir: str) -> psutil.Process:
+    """The raylet of the node started with the ``drltest_node_b`` resource."""
+    for process in cluster_processes(temp_dir):
+        with contextlib.suppress(psutil.Error):
+            cmdline = " ".join(process.cmdline())
+            if "raylet" in process.name() and "drltest_node_b" in cmdline:
+                return process
+    raise AssertionError("node b's raylet is not running")
+
+
+def test_a_node_that_leaves_mid_round_never_ends_the_run_in_a_traceback(tmp_path):
+    """Node b's raylet is killed while both rollout actors are held mid-round (one on each
+    node): its processes and the objects it holds are gone. The run either goes on (the lost
+    rollout actor restarted on node a, which has room for it) or stops in one drl line with the
+    last good checkpoint; never a Ray traceback."""
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    config = tmp_path / "pause.yaml"
+    config.write_text(
+        "algo: ppo\n"
+        "env: {id: 'tests.range_envs:drltest/PauseAt-v0', num_envs: 1,"
+        # Step 100 of a process: its 40 warm-up steps, round 1's 40, then mid-round 2.
+        f" kwargs: {{at_step: 100, marker_dir: '{markers}'}}}}\n"
+        f"num_actors: 2\ntotal_env_steps: 400\nrollout_length: 40\noutput_dir: {tmp_path / 'out'}\n"
+        "evaluation: {episodes: 1}\n"
+        "algo_params: {num_epochs: 1, num_minibatches: 2, hidden_sizes: [8]}\n"
+    )
+    repository = str(Path(__file__).resolve().parent.parent)
+    with two_node_cluster(head_cpus=4) as (address, temp_dir):
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "drlcli", "train", str(config), "--quiet", "--address", address],
+            env={**ENV, "PYTHONPATH": repository},  # the workers import tests.range_envs
+            cwd=repository,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 180
+            while len(list(markers.glob("reached-*"))) < 2:
+                assert driver.poll() is None, driver.communicate()[1][-3000:]
+                assert time.monotonic() < deadline, "the rollout actors never reached step 100"
+                time.sleep(0.1)
+            raylet = node_b_raylet(temp_dir)
+            for process in [*raylet.children(recursive=True), raylet]:
+                with contextlib.suppress(psutil.Error):
+                    process.send_signal(signal.SIGKILL)
+            time.sleep(1.0)
+            (markers / "release").touch()
+            _, stderr = driver.communicate(timeout=300)
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+                driver.communicate()
+    assert "Traceback" not in stderr, stderr[-3000:]
+    metrics = tmp_path / "out" / "metrics_pause.csv"
+    if driver.returncode == 0:
+        rows = read_metrics(metrics)
+        assert len(rows) == 5
+        assert sum(int(row["rollout_actor_restarts"]) for row in rows) >= 1
+    else:
+        assert driver.returncode == 1, stderr[-3000:]
+        errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1, stderr[-3000:]
+        assert re.match(r"error: round \d+: .+; the last good checkpoint is ", errors[0]), errors

@@ -326,7 +326,7 @@ def test_a_dead_evaluator_is_restarted_and_evaluations_go_on(tmp_path):
     assert any(row["eval_env_steps"] and int(row["eval_env_steps"]) > 320 * 3 for row in rows)
 
 
-@pytest.mark.parametrize("algo", ["ppo", "flash_sac"])
+@pytest.mark.parametrize("algo", ["ppo"])  # FlashSAC's stepper pool: the unit test below
 def test_a_rollout_actor_that_dies_again_while_it_is_restarted_does_not_end_the_run(tmp_path, algo):
     """The process dies in round 2; the process Ray starts in its place dies while it is made,
     before the restoration answers. The run goes on with a third process and completes. (Ray

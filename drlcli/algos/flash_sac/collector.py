@@ -297,7 +297,9 @@ class FlashSACCollector:
             collection["discounted_return"], dtype=np.float64
         ).copy()
         self.update_budget = float(collection["update_budget"])
-        self.updating = bool(collection["updating"])
+        # Updates go on at once only if the stored transitions come back (load_replay); else
+        # they wait until the buffer is ready again.
+        self._stored_updating = bool(collection["updating"])
         torch.set_rng_state(torch.as_tensor(collection["torch_rng"], dtype=torch.uint8))
         cuda_rng = collection.get("cuda_rng")
         if cuda_rng is not None and self.learner.device.type == "cuda":
@@ -314,8 +316,10 @@ class FlashSACCollector:
         the ring positions they held (uniform sampling then draws what it would have)."""
         layout = getattr(self, "_replay_layout", None)
         count = len(arrays["obs"])
-        next_index = layout[1] if layout is not None and layout[0] == count else None
-        self.replay.load_arrays(arrays, next_index=next_index)
+        own_buffer = layout is not None and layout[0] == count
+        self.replay.load_arrays(arrays, next_index=layout[1] if own_buffer else None)
+        if own_buffer:
+            self.updating = getattr(self, "_stored_updating", False)
 
 
 def exploration_state(actor: torch.nn.Module) -> dict[str, torch.Tensor]:
