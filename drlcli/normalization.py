@@ -141,7 +141,8 @@ class RewardScaler:
 
     def state_dict(self) -> dict[str, Any] | None:
         """``{mean, var: [1] arrays, count, abs_max}`` (checkpoint form), or None before any
-        update. The per-env G are not part of it: episodes restart on resume."""
+        update. The per-env G are not part of it: they belong to the episodes in progress, stored
+        with them (PPO: ``MuJoCoActor.state_dict``; FlashSAC: the collector's ``collection``)."""
         if self.moments is None:
             return None
         return {**self.moments.to_dict(), "abs_max": self.abs_max}

@@ -322,9 +322,9 @@ def test_the_latest_checkpoint_records_the_best_of_its_own_round(tmp_path):
 
 
 def test_a_resumed_run_never_replaces_the_best_file_with_a_worse_policy(tmp_path):
-    """A run killed between writing the best file and the latest checkpoint leaves a latest
-    checkpoint with an older, lower best (simulated by lowering it). The resumed rounds of this
-    task are worse than the best file's and must not replace it."""
+    """A latest checkpoint whose recorded best is lower than the best file's (an older drl
+    recorded it a round late; simulated by lowering it): the resumed rounds of this task are
+    worse than the best file's policy and must not replace it."""
     from drlcli.checkpoint import save_payload
 
     path = tmp_path / "improving.yaml"

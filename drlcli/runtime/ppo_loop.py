@@ -220,7 +220,8 @@ class PPORoundLoop:
 
     def checkpoint_parts(self) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         """The global observation statistics and every learner's resumable state, which
-        includes the reward-scaler moments of its rollout actors (``reward_scalers``)."""
+        includes the reward-scaler moments of its rollout actors (``reward_scalers``) and their
+        episodes and random streams (``rollout_actors``: an exact resume)."""
         obs_rms = self.parameter_server.get_obs_rms.remote()
         rollout_refs = [actor.state_dict.remote() for actor in self.rollout_actors]
         states = _get([learner.state_dict.remote() for learner in self.learners], self.roles)

@@ -323,10 +323,9 @@ def _best_return_on_disk(
     config: Config, stored: Checkpoint, progress: RunProgress, steps_per_round: int
 ) -> float | None:
     """The best a resumed run must beat: the higher of the resumed checkpoint's record and the
-    best file's own. The best file is written before the latest checkpoint, so a run killed
-    between the two writes left a newer best there. A best file of another run (other actor,
-    task or criterion, or trained further than one round past the checkpoint) is not counted,
-    nor one that cannot be read."""
+    best file's own (files of an older drl wrote the best before recording it in the latest
+    checkpoint). A best file of another run (other actor, task or criterion, or trained further
+    than one round past the checkpoint) is not counted, nor one that cannot be read."""
     path = config.best_checkpoint_path
     if not path.is_file():
         return progress.best_return
@@ -466,8 +465,8 @@ def _run(
                     checkpoint = build_checkpoint(
                         algorithm, config, actor, facts, progress, obs_rms_state, learner_states
                     )
-                    # The best first: the latest checkpoint records the best as it is after
-                    # this round's offer (a resume reads it from there).
+                    # The offers first: the latest checkpoint records the best as it is after
+                    # this round's offer (a resume reads it from there); then the best file.
                     if evaluator.periodic:
                         if evaluated is not None:
                             best.offer_evaluated(*evaluated)
@@ -475,6 +474,7 @@ def _run(
                         best.offer_training_return(row["episode_return_mean"], checkpoint)
                     checkpoint = _with_progress(checkpoint, progress)
                     write_checkpoint(config.checkpoint_path, checkpoint)
+                    best.write_pending()
                     if saves_replay:
                         loop.save_replay(replay_path(config.checkpoint_path))
                     if evaluator.periodic and evaluator.due(progress.env_steps):
@@ -498,6 +498,7 @@ def _run(
         if evaluator.periodic:
             best.offer_evaluated(final_evaluation, checkpoint)
         write_checkpoint(config.checkpoint_path, _with_progress(checkpoint, progress))
+        best.write_pending()
 
     summary = TrainingSummary(
         rounds=progress.round,
@@ -548,11 +549,18 @@ def _written(path: Path) -> Path | None:
 class BestCheckpoint:
     """Keeps ``model_<name>_best.pt``: the best deterministic evaluation when evaluation is
     periodic, else the best mean training return of a round. ``progress.best_return`` (which the
-    checkpoints store) follows it."""
+    checkpoints store) follows it.
+
+    An offer that wins raises ``progress.best_return`` at once and holds the candidate until
+    ``write_pending``: the latest checkpoint, which records the new best, is written first. A run
+    killed between the two writes then has a best file no newer than its latest checkpoint, whose
+    record a resume must beat: the best file is never replaced by a worse policy.
+    """
 
     def __init__(self, config: Config, progress: RunProgress) -> None:
         self.path = config.best_checkpoint_path
         self.progress = progress
+        self.pending: list[Checkpoint] = []
 
     def _beats(self, value: float | None) -> bool:
         return value is not None and (
@@ -562,21 +570,27 @@ class BestCheckpoint:
     def offer_training_return(self, value: float | None, checkpoint: Checkpoint) -> None:
         if self._beats(value):
             self.progress.best_return = value
-            self._write(checkpoint)
+            self._hold(checkpoint)
 
     def offer_evaluated(self, result: EvaluationResult, checkpoint: Checkpoint) -> None:
-        """The weights ``checkpoint`` holds were evaluated: write them if they are the best."""
+        """The weights ``checkpoint`` holds were evaluated: keep them if they are the best."""
         if self._beats(result.return_mean):
             self.progress.best_return = result.return_mean
-            self._write(dataclasses.replace(checkpoint, evaluation=result.to_dict()))
+            self._hold(dataclasses.replace(checkpoint, evaluation=result.to_dict()))
 
-    def _write(self, checkpoint: Checkpoint) -> None:
+    def _hold(self, checkpoint: Checkpoint) -> None:
         counters = dataclasses.replace(
             checkpoint.progress,
             best_return=self.progress.best_return,
             best_criterion=self.progress.best_criterion,
         )
-        write_checkpoint(self.path, dataclasses.replace(checkpoint, progress=counters))
+        self.pending.append(dataclasses.replace(checkpoint, progress=counters))
+
+    def write_pending(self) -> None:
+        """Write the winning candidates held since the last call (the best one last)."""
+        for checkpoint in self.pending:
+            write_checkpoint(self.path, checkpoint)
+        self.pending.clear()
 
 
 def _metrics_row(
