@@ -75,14 +75,12 @@ def preset(name: str):
     return config, env_facts(make_env(config.env.id))
 
 
-def check_graphed_equals_eager() -> str:
-    config, facts = preset("hopper_flash_sac")
-    graphed, eager = (
-        learner(True, config.algo_params, facts, 12),
-        learner(False, config.algo_params, facts, 12),
-    )
+def updated_alike(graphed, eager, work) -> float:
+    """Update both learners with each batch of ``work`` and the same policy samples; after
+    every update their actor and critic tensors agree within TOLERANCE. Returns the largest
+    difference seen."""
     worst = 0.0
-    for index, batch in enumerate(batches(facts, config.algo_params.batch_size, 12)):
+    for index, batch in enumerate(work):
         rng = torch.cuda.get_rng_state()
         graphed.update(batch)
         torch.cuda.set_rng_state(rng)
@@ -100,6 +98,16 @@ def check_graphed_equals_eager() -> str:
                     msg=lambda m, i=index, n=name, p=part: f"update {i + 1}, {p}.{n}: {m}",
                 )
                 worst = max(worst, float((mine[name] - tensor).abs().max()))
+    return worst
+
+
+def check_graphed_equals_eager() -> str:
+    config, facts = preset("hopper_flash_sac")
+    graphed, eager = (
+        learner(True, config.algo_params, facts, 12),
+        learner(False, config.algo_params, facts, 12),
+    )
+    worst = updated_alike(graphed, eager, batches(facts, config.algo_params.batch_size, 12))
     kinds = sorted(graphed._graphs.graphs)
     if kinds != [False, True]:
         raise AssertionError(f"captured kinds {kinds}, expected both")
@@ -128,18 +136,7 @@ def check_cpu_checkpoint_resumes_graphed() -> str:
         steps = [optimizer.state[p]["step"] for p in group["params"]]
         if not all(step.is_cuda for step in steps):
             raise AssertionError("step counters left on the CPU")
-    worst = 0.0
-    for batch in batches(facts, config.algo_params.batch_size, 8):
-        rng = torch.cuda.get_rng_state()
-        graphed.update(batch)
-        torch.cuda.set_rng_state(rng)
-        eager.update(batch)
-    for part in ("actor", "critic"):
-        mine, theirs = getattr(graphed, part).state_dict(), getattr(eager, part).state_dict()
-        for name, tensor in theirs.items():
-            if tensor.is_floating_point():
-                torch.testing.assert_close(mine[name], tensor, rtol=TOLERANCE, atol=TOLERANCE)
-                worst = max(worst, float((mine[name] - tensor).abs().max()))
+    worst = updated_alike(graphed, eager, batches(facts, config.algo_params.batch_size, 8))
     kinds = sorted(graphed._graphs.graphs)
     if kinds != [False, True]:
         raise AssertionError(f"captured kinds {kinds}, expected both")

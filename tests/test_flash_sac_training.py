@@ -232,35 +232,12 @@ def test_a_flash_sac_run_stopped_and_resumed_with_its_replay_is_the_run_never_st
     every metrics row (but wall-clock and SPS) and the final learner state (networks,
     optimisers, counters, the collection's random streams and episodes) equal those of a run
     never stopped, bit for bit."""
-    import signal
-    from pathlib import Path
-
-    from drlcli.errors import TrainingStopped
-    from drlcli.metrics import TIME_COLUMNS
-    from tests.test_training import assert_identical, stop_after_rows
+    from tests.test_training import assert_same_run, stopped_and_resumed
 
     extra = "  save_replay_buffer: true\n"
     whole = load_config(flash_config("whole", total=480, extra=extra))
     run(flash_config("whole", total=480, extra=extra))
     stopped_path = flash_config("stopped", total=480, extra=extra)
-    stopped = load_config(stopped_path)
-    previous = signal.signal(signal.SIGTERM, lambda *args: None)  # a late signal is harmless
-    try:
-        watcher = stop_after_rows(Path(stopped.metrics_path), rows=2)
-        with pytest.raises(TrainingStopped):
-            run(stopped_path)
-        watcher.join()
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    assert 2 <= load_payload(stopped.checkpoint_path)["progress"]["round"] < 6
-    run(stopped_path, resume=stopped.checkpoint_path, resume_replay=True)
-
-    rows, resumed_rows = read_metrics(whole.metrics_path), read_metrics(stopped.metrics_path)
-    assert len(resumed_rows) == len(rows) == 6
-    for row, resumed_row in zip(rows, resumed_rows, strict=True):
-        for column in row:
-            if column not in TIME_COLUMNS:
-                assert resumed_row[column] == row[column], (row["round"], column)
-    mine, theirs = load_payload(stopped.checkpoint_path), load_payload(whole.checkpoint_path)
-    for part in ("actor", "learner_states", "evaluation"):
-        assert_identical(mine[part], theirs[part], part)
+    assert 2 <= stopped_and_resumed(stopped_path, run, resume_replay=True) < 6
+    assert len(read_metrics(whole.metrics_path)) == 6
+    assert_same_run(load_config(stopped_path), whole, ("actor", "learner_states", "evaluation"))

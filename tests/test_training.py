@@ -361,25 +361,53 @@ def assert_identical(mine, theirs, where=""):
         assert mine == theirs, where
 
 
-def stop_after_rows(metrics_path, rows: int):
-    """A thread that sends this process SIGTERM once the metrics CSV has ``rows`` rows: the
-    run stops after the round in progress (StopRequest)."""
+def stopped_and_resumed(config_path, train_path, **resume_kwargs) -> int:
+    """Train ``config_path`` with ``train_path(path, **kwargs)``, stopped by SIGTERM (from a
+    thread, once the metrics CSV has two rows: the run stops after the round in progress), then
+    resumed from its latest checkpoint to the end. Returns the round it stopped after."""
     import os
     import signal
     import threading
     import time
 
+    from drlcli.errors import TrainingStopped
+
+    config = load_config(config_path)
+    metrics_path = Path(config.metrics_path)
+
     def watch():
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            if metrics_path.exists() and len(metrics_path.read_text().splitlines()) > rows:
+            if metrics_path.exists() and len(metrics_path.read_text().splitlines()) > 2:
                 os.kill(os.getpid(), signal.SIGTERM)
                 return
             time.sleep(0.01)
 
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    return watcher
+    previous = signal.signal(signal.SIGTERM, lambda *args: None)  # a late signal is harmless
+    try:
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        with pytest.raises(TrainingStopped):
+            train_path(config_path)
+        watcher.join()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    stopped_at = load_payload(config.checkpoint_path)["progress"]["round"]
+    train_path(config_path, resume=config.checkpoint_path, **resume_kwargs)
+    return stopped_at
+
+
+def assert_same_run(resumed, whole, parts) -> None:
+    """Every metrics row but the wall-clock columns, and the checkpoints' ``parts``, equal."""
+    rows, resumed_rows = read_metrics(whole.metrics_path), read_metrics(resumed.metrics_path)
+    assert len(resumed_rows) == len(rows)
+    for row, resumed_row in zip(rows, resumed_rows, strict=True):
+        for column in row:
+            if column not in TIME_COLUMNS:
+                assert resumed_row[column] == row[column], (row["round"], column)
+    mine, theirs = load_payload(resumed.checkpoint_path), load_payload(whole.checkpoint_path)
+    for part in parts:
+        assert_identical(mine[part], theirs[part], part)
 
 
 @pytest.mark.parametrize("learners", [1, 2])
@@ -387,33 +415,11 @@ def test_a_run_stopped_and_resumed_is_the_run_never_stopped(tiny_config, learner
     """Method.md, "Resume is exact": SIGTERM after some round, --resume, and every metrics row
     (but wall-clock and SPS), the final networks, optimiser states, observation statistics and
     rollout actors' states equal those of a run never stopped, bit for bit."""
-    import signal
-
-    from drlcli.errors import TrainingStopped
-
     extra = TWO_LEARNERS if learners == 2 else ""
     whole = load_config(tiny_config("whole", total=1024, extra=extra))
     run(tiny_config("whole", total=1024, extra=extra))
     stopped_path = tiny_config("stopped", total=1024, extra=extra)
-    stopped = load_config(stopped_path)
-    previous = signal.signal(signal.SIGTERM, lambda *args: None)  # a late signal is harmless
-    try:
-        watcher = stop_after_rows(Path(stopped.metrics_path), rows=2)
-        with pytest.raises(TrainingStopped):
-            run(stopped_path)
-        watcher.join()
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    stopped_at = load_payload(stopped.checkpoint_path)["progress"]["round"]
+    stopped_at = stopped_and_resumed(stopped_path, run)
     assert 2 <= stopped_at < whole.total_env_steps // (128 * learners)
-    run(stopped_path, resume=stopped.checkpoint_path)
-
-    rows, resumed_rows = read_metrics(whole.metrics_path), read_metrics(stopped.metrics_path)
-    assert len(resumed_rows) == len(rows)
-    for row, resumed_row in zip(rows, resumed_rows, strict=True):
-        for column in row:
-            if column not in TIME_COLUMNS:
-                assert resumed_row[column] == row[column], (row["round"], column)
-    mine, theirs = load_payload(stopped.checkpoint_path), load_payload(whole.checkpoint_path)
-    for part in ("actor", "learner_states", "obs_rms_state", "evaluation"):
-        assert_identical(mine[part], theirs[part], part)
+    parts = ("actor", "learner_states", "obs_rms_state", "evaluation")
+    assert_same_run(load_config(stopped_path), whole, parts)
