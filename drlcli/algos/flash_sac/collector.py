@@ -170,6 +170,10 @@ class FlashSACCollector:
         self.update_budget = 0.0
         self.updating = False  # once every learner's buffer is ready, for good
         self.dones = np.ones(len(self.obs), dtype=bool)  # every env starts an episode
+        # Of a loaded collection: the stored buffer's (size, write position) and whether it
+        # was updating, applied once its transitions come back (load_replay).
+        self._replay_layout: tuple[int, int] | None = None
+        self._stored_updating = False
 
     def _actions(self) -> np.ndarray:
         if self.transitions < self.params.warmup_steps:
@@ -314,12 +318,12 @@ class FlashSACCollector:
     def load_replay(self, arrays: dict[str, np.ndarray]) -> None:
         """Refill the replay buffer; the transitions of the checkpoint's own buffer go back to
         the ring positions they held (uniform sampling then draws what it would have)."""
-        layout = getattr(self, "_replay_layout", None)
+        layout = self._replay_layout
         count = len(arrays["obs"])
         own_buffer = layout is not None and layout[0] == count
         self.replay.load_arrays(arrays, next_index=layout[1] if own_buffer else None)
         if own_buffer:
-            self.updating = getattr(self, "_stored_updating", False)
+            self.updating = self._stored_updating
 
 
 def exploration_state(actor: torch.nn.Module) -> dict[str, torch.Tensor]:
