@@ -73,38 +73,59 @@ if NAN_ENV_ID not in gymnasium.registry:
 DIE_ENV_ID = "drltest/DieAt-v0"
 
 
-class DieAtEnv(gymnasium.Env):
-    """Kills its own process with SIGKILL at its ``at_step``-th step: a rollout actor that dies
-    in the middle of a round. With ``marker`` (a file path) only the first process to get there
-    dies (it creates the file); without, every process that gets there dies."""
+def _claim(path: str) -> bool:
+    """Create ``path``; False where another process already did."""
+    import os
+
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
+class _AtStepEnv(gymnasium.Env):
+    """3 noise observations, reward ``-|a|``, truncated every 25 steps; ``at_step_reached`` runs
+    at its ``at_step``-th step, counted from when it was made (its process's start): the fault
+    of the subclasses below."""
 
     metadata = {"render_modes": []}
 
-    def __init__(self, at_step: int, marker: str | None = None, render_mode=None) -> None:
+    def __init__(self, at_step: int) -> None:
         self.action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
         self.observation_space = spaces.Box(-np.inf, np.inf, shape=(3,), dtype=np.float64)
-        self.at_step, self.marker, self.steps = at_step, marker, 0
+        self.at_step, self.steps = at_step, 0
+
+    def at_step_reached(self) -> None:
+        raise NotImplementedError
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
         return self.np_random.normal(size=3), {}
 
     def step(self, action):
+        self.steps += 1
+        if self.steps == self.at_step:
+            self.at_step_reached()
+        reward = -float(np.abs(action).sum())
+        return self.np_random.normal(size=3), reward, False, self.steps % 25 == 0, {}
+
+
+class DieAtEnv(_AtStepEnv):
+    """Kills its own process with SIGKILL at its ``at_step``-th step: a rollout actor that dies
+    in the middle of a round. With ``marker`` (a file path) only the first process to get there
+    dies (it creates the file); without, every process that gets there dies."""
+
+    def __init__(self, at_step: int, marker: str | None = None, render_mode=None) -> None:
+        super().__init__(at_step)
+        self.marker = marker
+
+    def at_step_reached(self) -> None:
         import os
         import signal
 
-        self.steps += 1
-        if self.steps == self.at_step:
-            first = True
-            if self.marker is not None:
-                try:
-                    os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-                except FileExistsError:
-                    first = False
-            if first:
-                os.kill(os.getpid(), signal.SIGKILL)
-        reward = -float(np.abs(action).sum())
-        return self.np_random.normal(size=3), reward, False, self.steps % 25 == 0, {}
+        if self.marker is None or _claim(self.marker):
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 if DIE_ENV_ID not in gymnasium.registry:
@@ -145,50 +166,29 @@ if IMPROVING_ENV_ID not in gymnasium.registry:
 DIE_TWICE_ENV_ID = "drltest/DieTwice-v0"
 
 
-def _claim(path: str) -> bool:
-    """Create ``path``; False where another process already did."""
-    import os
-
-    try:
-        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-    except FileExistsError:
-        return False
-    return True
-
-
-class DieTwiceEnv(gymnasium.Env):
+class DieTwiceEnv(_AtStepEnv):
     """Kills its process with SIGKILL twice: at its ``at_step``-th step (the first process to
     get there, marker ``<marker_dir>/first``), then when the next process makes it (marker
     ``second``): a rollout actor that dies, then dies again while it is being restarted and
     restored. Steps count from the process's start."""
 
-    metadata = {"render_modes": []}
-
     def __init__(self, at_step: int, marker_dir: str, render_mode=None) -> None:
         import os
         import signal
 
-        self.action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
-        self.observation_space = spaces.Box(-np.inf, np.inf, shape=(3,), dtype=np.float64)
-        self.at_step, self.marker_dir, self.steps = at_step, marker_dir, 0
+        super().__init__(at_step)
+        self.marker_dir = marker_dir
         if os.path.exists(os.path.join(marker_dir, "first")) and _claim(
             os.path.join(marker_dir, "second")
         ):
             os.kill(os.getpid(), signal.SIGKILL)
 
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        return self.np_random.normal(size=3), {}
-
-    def step(self, action):
+    def at_step_reached(self) -> None:
         import os
         import signal
 
-        self.steps += 1
-        if self.steps == self.at_step and _claim(os.path.join(self.marker_dir, "first")):
+        if _claim(os.path.join(self.marker_dir, "first")):
             os.kill(os.getpid(), signal.SIGKILL)
-        reward = -float(np.abs(action).sum())
-        return self.np_random.normal(size=3), reward, False, self.steps % 25 == 0, {}
 
 
 if DIE_TWICE_ENV_ID not in gymnasium.registry:
@@ -198,35 +198,24 @@ if DIE_TWICE_ENV_ID not in gymnasium.registry:
 PAUSE_ENV_ID = "drltest/PauseAt-v0"
 
 
-class PauseAtEnv(gymnasium.Env):
+class PauseAtEnv(_AtStepEnv):
     """At its ``at_step``-th step (counted from its process's start) creates
     ``<marker_dir>/reached-<pid>`` and waits until ``<marker_dir>/release`` exists (at most
     120 s): a rollout actor held in the middle of a round while a test breaks something."""
 
-    metadata = {"render_modes": []}
-
     def __init__(self, at_step: int, marker_dir: str, render_mode=None) -> None:
-        self.action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
-        self.observation_space = spaces.Box(-np.inf, np.inf, shape=(3,), dtype=np.float64)
-        self.at_step, self.marker_dir, self.steps = at_step, marker_dir, 0
+        super().__init__(at_step)
+        self.marker_dir = marker_dir
 
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        return self.np_random.normal(size=3), {}
-
-    def step(self, action):
+    def at_step_reached(self) -> None:
         import os
         import time
 
-        self.steps += 1
-        if self.steps == self.at_step:
-            open(os.path.join(self.marker_dir, f"reached-{os.getpid()}"), "w").close()
-            deadline = time.monotonic() + 120
-            release = os.path.join(self.marker_dir, "release")
-            while not os.path.exists(release) and time.monotonic() < deadline:
-                time.sleep(0.05)
-        reward = -float(np.abs(action).sum())
-        return self.np_random.normal(size=3), reward, False, self.steps % 25 == 0, {}
+        open(os.path.join(self.marker_dir, f"reached-{os.getpid()}"), "w").close()
+        deadline = time.monotonic() + 120
+        release = os.path.join(self.marker_dir, "release")
+        while not os.path.exists(release) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
 
 if PAUSE_ENV_ID not in gymnasium.registry:
