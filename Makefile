@@ -7,7 +7,7 @@ export RAY_USAGE_STATS_ENABLED := 0
 export RAY_AUTH_MODE := disabled
 export MUJOCO_GL ?= egl
 
-.PHONY: setup demo test lint clean
+.PHONY: setup demo test test-fast mutation test-latest lint clean
 
 setup: $(VENV)/.installed $(PAGE)
 
@@ -35,9 +35,32 @@ test: setup
 	$(BIN)/python -m pytest
 	@if [ -d web/node_modules ]; then cd web && npm test --silent; fi
 
+# The edit-test loop: the tests that need neither Ray nor a subprocess (a test that starts a
+# process anyway fails here, naming the marker it lacks).
+test-fast: setup
+	DRL_TEST_FAST=1 $(BIN)/python -m pytest -m "not ray and not subprocess" -q
+
+# Mutation testing of the maths modules ([tool.mutmut] in pyproject.toml): the score, and each
+# surviving mutant not explained in tests/equivalent_mutants.md. Hours on two cores; not CI.
+mutation: setup
+	rm -rf mutants
+	$(BIN)/mutmut run --max-children $${MUTATION_JOBS:-2} || true
+	$(BIN)/python scripts/mutation_score.py
+
+# The suite on the newest versions pyproject.toml's ranges admit (no constraints): several GB
+# (a CUDA torch); not CI. The README's Contributing section records the last versions seen.
+LATEST := .venv-latest
+test-latest: $(PAGE)
+	rm -rf $(LATEST)
+	$(PYTHON) -m venv $(LATEST)
+	$(LATEST)/bin/python -m pip install --quiet --upgrade pip
+	$(LATEST)/bin/python -m pip install --quiet -e ".[dev]" -e examples/twin_encoder_actor
+	$(LATEST)/bin/python -m pip freeze | grep -i -E "^(torch|numpy|gymnasium|mujoco|ray|onnx|onnxruntime)=="
+	$(LATEST)/bin/python -m pytest
+
 lint: setup
 	$(BIN)/ruff check drlcli tests scripts examples
 	$(BIN)/python -m compileall -q drlcli scripts tests examples
 
 clean:
-	rm -rf $(VENV) output .pytest_cache .ruff_cache web/node_modules drlcli/dashboard/static
+	rm -rf $(VENV) $(LATEST) mutants output .pytest_cache .ruff_cache web/node_modules drlcli/dashboard/static

@@ -63,12 +63,18 @@ class FlatParameters:
         (computed in numpy, a few microseconds instead of torch's ~35), a 0-d tensor elsewhere
         (no device synchronisation)."""
         if self.grads.device.type == "cpu":
-            grads = self.grads.numpy()
-            norm = float(np.sqrt(np.dot(grads, grads)))
-            scale = max_norm / (norm + 1e-6)
-            if not scale >= 1.0:  # a NaN norm spreads to every gradient, as in torch
-                grads *= scale
-            return norm
+            return self._clip_in_numpy(max_norm)
+        return self._clip_on_device(max_norm)
+
+    def _clip_in_numpy(self, max_norm: float) -> float:
+        grads = self.grads.numpy()
+        norm = float(np.sqrt(np.dot(grads, grads)))
+        scale = max_norm / (norm + 1e-6)
+        if not scale >= 1.0:  # a NaN norm spreads to every gradient, as in torch
+            grads *= scale
+        return norm
+
+    def _clip_on_device(self, max_norm: float) -> torch.Tensor:
         norm = torch.linalg.vector_norm(self.grads)
         self.grads.mul_(torch.clamp(max_norm / (norm + 1e-6), max=1.0))
         return norm

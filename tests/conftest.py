@@ -12,6 +12,33 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+FAST_ONLY = os.environ.get("DRL_TEST_FAST") == "1"  # make test-fast
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test that uses the shared Ray session is marked ``ray``: ``-m "not ray"`` (and
+    ``make test-fast``) leaves them out without each module having to say so."""
+    for item in items:
+        if "ray_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.ray)
+
+
+@pytest.fixture(autouse=FAST_ONLY)
+def no_subprocesses(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
+    """Under ``make test-fast`` a test that starts a process fails, naming the marker it lacks:
+    the fast set stays the tests that need neither Ray nor a subprocess."""
+    import multiprocessing.process
+    import subprocess
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(
+            f"{request.node.nodeid} starts a process: mark it @pytest.mark.subprocess "
+            "(make test-fast leaves such tests out)"
+        )
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", refuse)
+    yield
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ import pytest
 
 from drlcli.metrics import read_metrics
 
+pytestmark = [pytest.mark.ray, pytest.mark.subprocess]  # clusters of its own, started by `ray`
 RAY = Path(sys.executable).parent / "ray"
 ENV = {
     **{k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "PYTHONPATH")},

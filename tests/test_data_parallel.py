@@ -86,7 +86,6 @@ def flat_networks(state: dict[str, Any]) -> dict[str, torch.Tensor]:
     } | {"log_temperature": state["log_temperature"]}
 
 
-@pytest.mark.ray
 def test_two_learners_hold_identical_networks_equal_to_one_learner_on_both_batches(ray_cluster):
     import ray
 
@@ -154,3 +153,69 @@ def test_a_learner_that_cannot_reach_the_group_fails_in_one_line(monkeypatch):
         f"learner 1 could not join the 2 data-parallel learners at 127.0.0.1:{port} (gloo: "
     )
     assert "GLOO_SOCKET_IFNAME" in message and "\n" not in message
+
+
+class OtherLearner:
+    """Stands in for ``torch.distributed``'s all-reduce across two learners: adds (or takes the
+    minimum with) what the other learner contributes, given as ``other(tensor)``."""
+
+    def __init__(self, other):
+        self.other = other
+
+    def all_reduce(self, tensor, op=None):
+        if op is not None and op == torch.distributed.ReduceOp.MIN:
+            tensor.copy_(torch.minimum(tensor, self.other(tensor)))
+        else:
+            tensor.add_(self.other(tensor))
+
+    def differentiable_all_reduce(self, tensor):
+        return tensor + self.other(tensor)
+
+
+def test_averaged_gradients_are_the_mean_of_both_learners_in_place_of_each(monkeypatch):
+    from drlcli.algos.flash_sac import data_parallel
+
+    ours = [torch.nn.Parameter(torch.zeros(2, 3)), torch.nn.Parameter(torch.zeros(4))]
+    unused = torch.nn.Parameter(torch.zeros(1))  # no gradient: left out on every learner
+    ours[0].grad = torch.arange(6.0).reshape(2, 3)
+    ours[1].grad = torch.tensor([1.0, -1.0, 2.0, -2.0])
+    theirs = torch.cat([torch.full((6,), 10.0), torch.tensor([3.0, 3.0, 0.0, 0.0])])
+    fake = OtherLearner(lambda tensor: theirs)
+    monkeypatch.setattr(data_parallel.dist, "all_reduce", fake.all_reduce)
+    data_parallel.DataParallelGroup(0, 2).average_gradients([ours[0], unused, ours[1]])
+    torch.testing.assert_close(ours[0].grad, (torch.arange(6.0).reshape(2, 3) + 10.0) / 2)
+    torch.testing.assert_close(ours[1].grad, torch.tensor([2.0, 1.0, 1.0, -1.0]))
+    assert unused.grad is None
+
+
+def test_batch_moments_are_those_of_both_learners_batches_together(monkeypatch):
+    from drlcli.algos.flash_sac import data_parallel
+
+    generator = torch.Generator().manual_seed(0)
+    ours = 3.0 + torch.randn(2, 8, 4, generator=generator)  # [E, B, F]
+    theirs = 1.0 + 2.0 * torch.randn(2, 8, 4, generator=generator)
+    shift = torch.full((2, 1, 4), 2.5)
+
+    def their_sums(_):
+        centred = theirs - shift
+        return torch.cat(
+            [centred.sum(1, keepdim=True), centred.square().sum(1, keepdim=True)], dim=-1
+        )
+
+    fake = OtherLearner(their_sums)
+    monkeypatch.setattr(data_parallel.differentiable, "all_reduce", fake.differentiable_all_reduce)
+    mean, variance, count = data_parallel.DataParallelGroup(1, 2).batch_moments(ours, shift)
+    both = torch.cat([ours, theirs], dim=1)
+    assert count == 16
+    torch.testing.assert_close(mean, both.mean(1, keepdim=True))
+    torch.testing.assert_close(variance, both.var(1, unbiased=False, keepdim=True))
+
+
+@pytest.mark.parametrize(("ours", "theirs", "agreed"), [(1, 1, True), (1, 0, False), (0, 1, False)])
+def test_learners_agree_only_when_every_one_does(monkeypatch, ours, theirs, agreed):
+    from drlcli.algos.flash_sac import data_parallel
+
+    fake = OtherLearner(lambda tensor: torch.full_like(tensor, float(theirs)))
+    monkeypatch.setattr(data_parallel.dist, "all_reduce", fake.all_reduce)
+    group = data_parallel.DataParallelGroup(0, 2)
+    assert group.all_agree(bool(ours), torch.device("cpu")) is agreed

@@ -318,6 +318,7 @@ def _spawned_build(seed, queue):
     queue.put({name: tensor.tolist() for name, tensor in build_with_seed(seed, 3, 1).items()})
 
 
+@pytest.mark.subprocess
 def test_a_spawned_process_rebuilds_the_same_actor_from_the_spec():
     from tests.custom_actors import build_with_seed
 

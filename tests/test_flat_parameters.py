@@ -37,28 +37,33 @@ def test_flattening_keeps_values_and_modules_see_optimizer_updates():
     assert flat.check_views()
 
 
-def test_training_matches_per_tensor_clipping_and_adam():
+# Both ways of clipping run here: numpy's is the CPU one, torch's the one on a GPU.
+@pytest.mark.parametrize("clipping", ["_clip_in_numpy", "_clip_on_device"])
+@pytest.mark.parametrize("max_norm", [0.5, 1e6])
+def test_training_matches_per_tensor_clipping_and_adam(clipping, max_norm):
     reference, model = _model(), _model()
     flat = FlatParameters(list(model.parameters()))
+    clip = getattr(flat, clipping)
     flat_adam = torch.optim.Adam([flat.values], lr=1e-2, eps=1e-5, fused=True)
     reference_adam = torch.optim.Adam(reference.parameters(), lr=1e-2, eps=1e-5, foreach=False)
     for step in range(5):
         flat.zero_grad()
         _loss(model, step).backward()
-        norm = flat.clip_grad_norm(0.5)
+        norm = float(clip(max_norm))
         flat_adam.step()
 
         reference_adam.zero_grad()
         _loss(reference, step).backward()
-        reference_norm = nn.utils.clip_grad_norm_(reference.parameters(), 0.5)
+        reference_norm = nn.utils.clip_grad_norm_(reference.parameters(), max_norm)
         reference_adam.step()
 
         assert norm == pytest.approx(reference_norm.item(), rel=1e-5)
-        assert norm > 0.5
+        assert norm > 0.5  # clipped with the first max_norm, not with the second
         for ours, theirs in zip(model.parameters(), reference.parameters(), strict=True):
             torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
             torch.testing.assert_close(ours.grad, theirs.grad, rtol=1e-5, atol=1e-6)
-    assert torch.linalg.vector_norm(flat.grads).item() == pytest.approx(0.5, rel=1e-4)
+    applied = torch.linalg.vector_norm(flat.grads).item()
+    assert applied == pytest.approx(min(norm, max_norm), rel=1e-4)
 
 
 @pytest.mark.parametrize("kernel_available", [True, False])

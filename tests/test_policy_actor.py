@@ -53,6 +53,23 @@ def test_log_prob_matches_torch_normal():
     torch.testing.assert_close(logp, info["log_prob"])
 
 
+@pytest.mark.parametrize("sampler", ["forward", "explore"])
+def test_samples_spread_around_the_mean_with_the_policys_std(sampler):
+    wide = {"action_low": [-1e3, -1e3], "action_high": [1e3, 1e3]}  # no clipping here
+    actor = build_gaussian_actor(obs_dim=3, action_dim=2, **wide)
+    with torch.no_grad():
+        actor.log_std.copy_(torch.log(torch.tensor([0.2, 3.0])))
+        actor.mean_network[-1].bias.copy_(torch.tensor([1.5, -4.0]))
+        obs = torch.zeros(20000, 3)
+        if sampler == "forward":
+            actions, _ = actor(obs)
+        else:
+            actions = actor.explore(obs)
+        mean, _ = actor.get_mean_and_std(obs[:1])
+    torch.testing.assert_close(actions.mean(0), mean[0], atol=0.06, rtol=0)
+    torch.testing.assert_close(actions.std(0), torch.tensor([0.2, 3.0]), rtol=0.03, atol=0)
+
+
 def test_deterministic_explore_and_export_give_clipped_mean():
     actor = make_actor()
     with torch.no_grad():

@@ -10,13 +10,13 @@ import torch
 
 from drlcli.algos.ppo.algorithm import gaussian_actor_spec
 from drlcli.algos.ppo.buffer import ReplayBuffer
-from drlcli.algos.ppo.learner import Learner
+from drlcli.algos.ppo.learner import Learner, approx_kl
 from drlcli.algos.ppo.params import PPOParams
 from drlcli.algos.ppo.rollout_actor import MuJoCoActor
 from drlcli.config import EnvConfig
 from drlcli.envs import EnvBatch
 from drlcli.errors import TrainingError
-from drlcli.normalization import RmsState, normalize_observation
+from drlcli.normalization import RewardScaler, RmsState, normalize_observation
 
 PARAMS = PPOParams(num_epochs=2, num_minibatches=4, hidden_sizes=(16, 16))
 ENV = EnvConfig(id="InvertedPendulum-v5", num_envs=2, seed=5)
@@ -295,3 +295,144 @@ def test_warm_up_gives_the_first_round_standardised_observations():
     finally:
         warmed.close()
         plain.close()
+
+
+def gae_by_hand(rewards, values, next_values, terminated, truncated, gamma, gae_lambda):
+    """GAE one env and step at a time, as Schulman et al. define it: an episode's advantages
+    sum its discounted TD errors, restarting wherever an episode ended."""
+    steps, num_envs = rewards.shape
+    advantages = np.zeros((steps, num_envs))
+    for env in range(num_envs):
+        following = 0.0
+        for t in reversed(range(steps)):
+            if terminated[t, env] or truncated[t, env]:
+                following = 0.0
+            bootstrap = 0.0 if terminated[t, env] else gamma * next_values[t, env]
+            delta = rewards[t, env] + bootstrap - values[t, env]
+            following = delta + gamma * gae_lambda * following
+            advantages[t, env] = following
+    return advantages
+
+
+@pytest.mark.parametrize("normalize_rewards", [False, True])
+def test_advantages_and_returns_are_gae_of_the_replayed_episodes(normalize_rewards):
+    """The trajectory's advantages and returns against GAE by hand on the rewards, terminations
+    and next-state values of the same episodes replayed step by step: the bootstrap from the
+    next step's value (and from the last observation after the last step), the scaled rewards."""
+    steps, gamma, gae_lambda = 40, 0.9, 0.8
+    env = dataclasses.replace(ENV, max_episode_steps=15)  # time limits as well as falls
+    params = dataclasses.replace(PARAMS, normalize_rewards=normalize_rewards)
+    actor = MuJoCoActor(0, env, SPEC, params, gamma)
+    state = Learner(SPEC, 4, 1, PARAMS, seed=0).network_state()
+    state["value"]["network.4.weight"] = torch.full((1, 16), 5.0)  # values vary with the state
+    trajectory, _ = actor.sample(state, steps, gamma, gae_lambda, None)
+    actor.close()
+
+    learner = Learner(SPEC, 4, 1, PARAMS, seed=0)
+    learner.load_network_state(state)
+
+    def value(observations):
+        with torch.no_grad():
+            return learner.value_network(torch.as_tensor(observations, dtype=torch.float32))
+
+    num_envs = env.num_envs
+    actions = trajectory["act"].reshape(steps, num_envs, 1)
+    replay = EnvBatch.for_rollout_actor(env, 0)
+    scaler = RewardScaler(num_envs, gamma)
+    rewards, next_values = np.zeros((steps, num_envs)), np.zeros((steps, num_envs))
+    terminated = np.zeros((steps, num_envs), dtype=bool)
+    truncated = np.zeros((steps, num_envs), dtype=bool)
+    for t in range(steps):
+        step = replay.step(np.clip(actions[t], -3.0, 3.0).astype(np.float64))
+        terminated[t], truncated[t] = step.terminated, step.truncated
+        rewards[t] = step.rewards
+        if normalize_rewards:
+            scaler.update(step.rewards, step.terminated | step.truncated)
+            rewards[t] = np.clip(step.rewards / scaler.divisor(), -10.0, 10.0)
+        next_values[t] = value(step.final_obs)  # V(s_{t+1}) before any reset
+    replay.close()
+    assert terminated.any() and truncated.any() and not (terminated | truncated)[-1].all()
+    if normalize_rewards:
+        assert abs(scaler.divisor() - 1.0) > 0.1  # scaling changes the rewards
+
+    values = trajectory["value"].reshape(steps, num_envs)
+    expected = gae_by_hand(rewards, values, next_values, terminated, truncated, gamma, gae_lambda)
+    np.testing.assert_allclose(trajectory["adv"].reshape(steps, num_envs), expected, atol=1e-4)
+    np.testing.assert_allclose(
+        trajectory["ret"].reshape(steps, num_envs), expected + values, atol=1e-4
+    )
+
+
+def test_minibatches_cover_the_round_once_per_epoch_with_round_standardised_advantages():
+    """Every epoch's minibatches hold each stored sample once, its columns still side by side,
+    with the advantage standardised over the whole round (not per minibatch)."""
+    params = dataclasses.replace(PARAMS, num_epochs=2, num_minibatches=4, target_kl=None)
+    learner = Learner(SPEC, 4, 1, params, seed=0, closed_form=False)
+    count = 64
+    generator = np.random.default_rng(0)
+    trajectory = {
+        "obs": np.arange(count * 4, dtype=np.float32).reshape(count, 4) / 100,
+        "act": generator.normal(size=(count, 1)).astype(np.float32),
+        "logp": generator.normal(size=count).astype(np.float32) - 1.0,
+        "value": generator.normal(size=count).astype(np.float32),
+        "adv": (3.0 + 2.0 * generator.normal(size=count)).astype(np.float32),
+        "ret": generator.normal(size=count).astype(np.float32),
+    }
+    learner.add(trajectory)
+    seen = []
+    compute = learner.minibatch_gradients
+
+    def record(**minibatch):
+        seen.append({name: column.detach().clone() for name, column in minibatch.items()})
+        return compute(**minibatch)
+
+    learner.minibatch_gradients = record
+    learner.train_step(0.0)
+    assert len(seen) == 8 and all(len(batch["obs"]) == 16 for batch in seen)
+    advantages = trajectory["adv"].astype(np.float64)
+    standardised = (advantages - advantages.mean()) / (advantages.std(ddof=1) + 1e-8)
+    stored = {"actions": "act", "old_logprob": "logp", "old_value": "value", "returns": "ret"}
+    for epoch in (seen[:4], seen[4:]):
+        rows = np.concatenate([(batch["obs"][:, 0].numpy() * 100 / 4).round() for batch in epoch])
+        index = rows.astype(int)
+        assert sorted(index) == list(range(count))  # each sample once per epoch
+        for name, column in stored.items():
+            got = np.concatenate([batch[name].numpy() for batch in epoch])
+            np.testing.assert_array_equal(got, trajectory[column][index])
+        got = np.concatenate([batch["advantages"].numpy() for batch in epoch])
+        np.testing.assert_allclose(got, standardised[index], rtol=1e-5, atol=1e-6)
+    assert not np.array_equal(
+        np.concatenate([b["obs"][:, 0].numpy() for b in seen[:4]]),
+        np.concatenate([b["obs"][:, 0].numpy() for b in seen[4:]]),
+    )  # reshuffled every epoch
+
+
+def test_approx_kl_is_the_k3_estimator():
+    # ratios 2 and 1/2: ((2 - 1) - log 2 + (1/2 - 1) + log 2) / 2 = 0.25
+    logratio = np.log([2.0, 0.5])
+    assert approx_kl(logratio) == pytest.approx(0.25)
+    assert approx_kl(torch.tensor(logratio)) == pytest.approx(0.25)
+    assert approx_kl(np.zeros(3)) == 0.0
+
+
+def test_the_reported_kl_clip_fraction_and_explained_variance_are_those_of_the_new_policy(
+    rollout_actor,
+):
+    params = dataclasses.replace(PARAMS, num_epochs=4, learning_rate=3e-3)
+    learner = Learner(SPEC, 4, 1, params, seed=0)
+    trajectory, _ = rollout_actor.sample(learner.network_state(), 64, 0.99, 0.95, None)
+    learner.add(trajectory)
+    _, metrics = learner.train_step(0.0)
+    data = {name: torch.as_tensor(column) for name, column in trajectory.items()}
+    with torch.no_grad():
+        new_logprob, _ = learner.actor.log_prob_and_entropy(data["obs"], data["act"])
+        ratio = torch.exp(new_logprob - data["logp"]).numpy().astype(np.float64)
+        predicted = learner.value_network(data["obs"]).numpy().astype(np.float64)
+    returns = trajectory["ret"].astype(np.float64)
+    clipped = np.abs(ratio - 1.0) > params.clip_coef
+    assert 0 < clipped.mean() < 1  # the test tells a right fraction from 0 or 1
+    assert metrics["clip_fraction"] == pytest.approx(clipped.mean())
+    assert metrics["approx_kl"] == pytest.approx(np.mean(ratio - 1 - np.log(ratio)), rel=1e-4)
+    explained = 1 - np.var(returns - predicted) / np.var(returns)
+    assert metrics["explained_variance"] == pytest.approx(explained, rel=1e-4, abs=1e-5)
+    assert metrics["explained_variance"] != pytest.approx(0.0, abs=1e-3)

@@ -95,8 +95,35 @@ def test_gae_with_lambda_one_and_no_boundaries_is_discounted_return_minus_value(
     np.testing.assert_allclose(advantages[:, 0], [1.875, 1.75, 1.5, 1.0])
 
 
-def test_gae_rejects_mismatched_shapes():
-    with pytest.raises(ValueError, match="values has shape"):
-        compute_gae(
-            np.ones((3, 2)), np.ones((3, 1)), np.ones((3, 2)), *[np.zeros((3, 2))] * 2, 0.9, 0.9
-        )
+@pytest.mark.parametrize("wrong", ["values", "next_values", "terminated", "truncated"])
+def test_gae_rejects_mismatched_shapes_naming_the_input(wrong):
+    inputs = {"values": np.ones((3, 2)), "next_values": np.ones((3, 2))}
+    inputs |= {"terminated": np.zeros((3, 2), bool), "truncated": np.zeros((3, 2), bool)}
+    inputs[wrong] = inputs[wrong][:, :1]
+    with pytest.raises(ValueError, match=rf"^compute_gae: {wrong} has shape \(3, 1\), rewards"):
+        compute_gae(np.ones((3, 2)), **inputs, gamma=0.9, gae_lambda=0.9)
+
+
+def test_gae_computes_in_float64_whatever_the_input_types():
+    """Integer rewards, float32 values and 0/1 flags: the same float64 result as float64 input
+    (no rounding to the inputs' types: integer advantages would truncate)."""
+    rewards = np.array([[1, 0], [0, 2], [3, 1]])
+    values = np.array([[0.25, 0.5], [0.125, 1.0], [0.75, 0.5]], dtype=np.float32)
+    next_values = np.array([[0.125, 1.0], [0.75, 0.5], [0.3, 0.2]], dtype=np.float32)
+    terminated, truncated = np.array([[0, 0], [1, 0], [0, 0]]), np.array([[0, 0], [0, 0], [0, 1]])
+    advantages, returns = compute_gae(
+        rewards, values, next_values, terminated, truncated, 0.9, 0.95
+    )
+    expected, expected_returns = compute_gae(
+        rewards.astype(np.float64),
+        values.astype(np.float64),
+        next_values.astype(np.float64),
+        terminated.astype(bool),
+        truncated.astype(bool),
+        0.9,
+        0.95,
+    )
+    assert advantages.dtype == returns.dtype == np.float64
+    np.testing.assert_array_equal(advantages, expected)
+    np.testing.assert_array_equal(returns, expected_returns)
+    assert advantages[2, 0] == pytest.approx(3 + 0.9 * 0.3 - 0.75)  # not truncated to an integer

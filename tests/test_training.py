@@ -84,6 +84,8 @@ def test_resume_with_more_rollout_actors_starts_them_from_the_merged_reward_stat
     run(tiny_config("grown", total=512, extra="num_actors: 2\n"), resume=config.checkpoint_path)
     after = load_payload(config.checkpoint_path)["learner_states"][0]["reward_scalers"]
     assert [s["count"] for s in after] == [384.0, 384.0]  # 256 merged + 128 of one round each
+    # Observation statistics: the checkpoint's 384 (warm-up and two rounds), then both actors'.
+    assert load_payload(config.checkpoint_path)["obs_rms_state"]["count"] == 384.0 + 2 * 128
     # Rounds left are counted in env steps: one round of the new size (256) reaches 512.
     rows = read_metrics(config.metrics_path)
     assert [row["env_steps"] for row in rows] == ["128", "256", "512"]
