@@ -283,6 +283,26 @@ def tensors_in(value: Any, prefix: str = "") -> Iterator[tuple[str, torch.Tensor
             yield from tensors_in(item, f"{prefix}[{index}]")
 
 
+def state_dict_problem(state: Any, shapes: Mapping[str, tuple[int, ...]]) -> str | None:
+    """What keeps ``state`` from loading into a module whose ``state_dict()`` has tensors of
+    ``shapes`` (``{name: shape}``), or None."""
+    if not isinstance(state, Mapping):
+        return f"is a {type(state).__name__}, not a state dict"
+    missing = [name for name in shapes if name not in state]
+    unexpected = [str(name) for name in state if name not in shapes]
+    if missing or unexpected:
+        parts = [f"lacks {', '.join(missing)}" if missing else ""]
+        parts.append(f"has {', '.join(unexpected)} the actor does not" if unexpected else "")
+        return " and ".join(part for part in parts if part)
+    for name, shape in shapes.items():
+        value = state[name]
+        if not isinstance(value, torch.Tensor):
+            return f"{name} is a {type(value).__name__}, not a tensor"
+        if tuple(value.shape) != tuple(shape):
+            return f"{name} has shape {list(value.shape)} where the actor's is {list(shape)}"
+    return None
+
+
 def non_finite_tensors(value: Any) -> list[str]:
     """The paths of the floating tensors in ``value`` that hold a NaN or an infinity."""
     return [

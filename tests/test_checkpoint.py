@@ -1,12 +1,10 @@
 from __future__ import annotations
 
+import itertools
 import os
 import pickle
 import random
 import signal
-import subprocess
-import sys
-import textwrap
 import time
 
 import pytest
@@ -109,37 +107,41 @@ def test_foreign_torch_files_and_future_versions_are_refused(tmp_path, checkpoin
         load_payload(future)
 
 
-WRITER = textwrap.dedent(
-    """
-    import sys, torch
-    from drlcli.checkpoint import save_payload
-    path = sys.argv[1]
-    payloads = [{"format": "drl-checkpoint", "format_version": 1, "tag": tag,
-                 "data": torch.full((400_000,), float(tag))} for tag in (1, 2)]
-    print("ready", flush=True)
-    i = 0
-    while True:
-        save_payload(path, payloads[i % 2])
-        i += 1
-    """
-)
+def _write_forever(path, payloads) -> None:
+    """A writer that saves the payloads in turn until it is killed (in a forked child)."""
+    try:
+        for index in itertools.count():
+            save_payload(path, payloads[index % 2])
+    finally:
+        os._exit(1)
 
 
+@pytest.mark.subprocess
 def test_killing_the_writer_at_any_moment_leaves_a_complete_file(tmp_path):
     path = tmp_path / "atomic.pt"
     save_payload(
         path,
         {"format": "drl-checkpoint", "format_version": 1, "tag": 0, "data": torch.zeros(400_000)},
     )
+    # Made here, so the forked writer only serialises (no torch kernel runs after the fork).
+    payloads = [
+        {
+            "format": "drl-checkpoint",
+            "format_version": 1,
+            "tag": tag,
+            "data": torch.full((400_000,), float(tag)),
+        }
+        for tag in (1, 2)
+    ]
     rng = random.Random(0)
     for _ in range(25):
-        writer = subprocess.Popen(
-            [sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE, text=True
-        )
-        assert writer.stdout.readline().strip() == "ready"
+        writer = os.fork()  # torch is imported already: a writer in microseconds, not seconds
+        if writer == 0:
+            _write_forever(path, payloads)
         time.sleep(rng.uniform(0.0, 0.15))
-        os.kill(writer.pid, signal.SIGKILL)
-        writer.wait()
+        os.kill(writer, signal.SIGKILL)
+        _, status = os.waitpid(writer, 0)
+        assert os.WIFSIGNALED(status), "the writer stopped before it was killed"
         payload = load_payload(path)
         assert payload["tag"] in (0, 1, 2)
         assert torch.equal(payload["data"], torch.full((400_000,), float(payload["tag"])))
@@ -280,6 +282,44 @@ def test_resume_refuses_other_value_network_widths(tmp_path, checkpoint_file):
     payload = load_payload(path)
     facts = EnvRecord(**payload["env"]).facts()
     _load_for_resume(path, load_config(config_path), payload["actor_semantics"], facts)
+
+
+def _learner_actor(change):
+    def modify(payload):
+        change(payload["learner_states"][0]["actor"])
+
+    return modify
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda actor: actor.clear(), r"lacks log_std, action_low, action_high, mean_network"),
+        (lambda actor: actor.pop("log_std"), r"lacks log_std;"),
+        (lambda actor: actor.update(extra=torch.ones(1)), r"has extra the actor does not;"),
+        (lambda actor: actor.update(log_std=torch.ones(3)), r"log_std has shape \[3\] where the"),
+        (lambda actor: actor.update(log_std=[0.0]), r"log_std is a list, not a tensor;"),
+    ],
+)
+def test_resume_refuses_a_learner_whose_actor_does_not_fit_before_ray_starts(
+    tmp_path, checkpoint_file, change, message
+):
+    from drlcli.config import load_config
+    from drlcli.errors import ConfigError
+    from drlcli.runtime.training import train
+
+    path = checkpoint_file(_learner_actor(change))
+    config_path = tmp_path / "fixture.yaml"
+    config_path.write_text(
+        "env: {id: InvertedPendulum-v5}\n"
+        f"output_dir: {tmp_path / 'out'}\n"
+        "algo_params: {hidden_sizes: [8, 8]}\n"
+    )
+    # No Ray fixture: a learner that cannot load its actor is refused before any process starts.
+    prefix = r"cannot resume: learner_states\[0\]: its policy actor "
+    with pytest.raises(ConfigError, match=prefix + message):
+        train(load_config(config_path), resume=path, quiet=True)
+    assert not (tmp_path / "out").exists()
 
 
 def test_resume_of_a_finished_run_is_refused_before_ray_or_any_output(tmp_path, checkpoint_file):

@@ -29,6 +29,7 @@ from drlcli.topology import AvailableDevices
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 NO_GPU = AvailableDevices(cuda_devices=0, mps=False)
 DIE_ENV = "tests.range_envs:drltest/DieAt-v0"
+PAUSE_ENV = "tests.range_envs:drltest/PauseAt-v0"
 PARAMS = {
     # One warm-up step: DieAt counts its steps from its process's start, warm-up included.
     "ppo": "{num_epochs: 1, num_minibatches: 2, hidden_sizes: [8], observation_warmup_steps: 1}",
@@ -37,10 +38,10 @@ PARAMS = {
 }
 
 
-def dying_config(tmp_path, algo, kwargs, total, extra="", params=None):
+def dying_config(tmp_path, algo, kwargs, total, extra="", params=None, env=DIE_ENV):
     path = tmp_path / f"{algo}.yaml"
     path.write_text(
-        f"algo: {algo}\nenv: {{id: '{DIE_ENV}', num_envs: 2, kwargs: {kwargs}}}\n"
+        f"algo: {algo}\nenv: {{id: '{env}', num_envs: 2, kwargs: {kwargs}}}\n"
         f"num_actors: 2\ntotal_env_steps: {total}\nrollout_length: 40\n"
         f"output_dir: {tmp_path / 'out'}\nalgo_params: {params or PARAMS[algo]}\n{extra}"
     )
@@ -128,23 +129,35 @@ def test_restart_counter_counts_deaths_and_replaced_processes_up_to_the_limit():
         counter.died(0, "pid 102: killed")
 
 
-def kill_processes_when(ready, title_prefix, timeout_s=60.0):
-    """Start a thread that, once ``ready()``, SIGKILLs every process of this test session's Ray
-    (descendants of this process: never another Ray's on the machine) whose title (Ray names
-    actor processes ``ray::ClassName...``) starts with ``title_prefix``; returns the thread and
-    the list it fills with the killed PIDs."""
+def ray_processes(title_prefix):
+    """This test session's Ray processes (descendants of this process: never another Ray's on
+    the machine) whose title (Ray names actor processes ``ray::ClassName...``, with
+    ``.method`` while one runs) starts with ``title_prefix``: ``{pid: title}``."""
+    found = {}
+    for process in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            cmdline = process.cmdline()
+            if cmdline and cmdline[0].startswith(title_prefix):
+                found[process.pid] = cmdline[0]
+    return found
+
+
+def kill_processes_when(ready, title_prefix, timeout_s=60.0, then=None):
+    """Start a thread that, once ``ready()``, SIGKILLs every process ``ray_processes`` finds
+    with ``title_prefix``, then calls ``then(killed_pids)``; returns the thread and the list it
+    fills with the killed PIDs."""
     killed: list[int] = []
 
     def watch():
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and not ready():
             time.sleep(0.02)
-        for process in psutil.Process().children(recursive=True):
+        for pid in ray_processes(title_prefix):
             with contextlib.suppress(psutil.Error):
-                cmdline = process.cmdline()
-                if cmdline and cmdline[0].startswith(title_prefix):
-                    process.send_signal(signal.SIGKILL)
-                    killed.append(process.pid)
+                psutil.Process(pid).send_signal(signal.SIGKILL)
+                killed.append(pid)
+        if then is not None:
+            then(killed)
 
     thread = threading.Thread(target=watch, daemon=True)
     thread.start()
@@ -155,6 +168,15 @@ def rows_written(path, count):
     return lambda: path.exists() and len(path.read_text().splitlines()) > count
 
 
+def paused(marker_dir, path, count):
+    """Whether ``count`` rows are written and a rollout actor's env waits (``PauseAt``)."""
+    return lambda: rows_written(path, count)() and any(marker_dir.glob("reached-*"))
+
+
+def release(marker_dir):
+    (marker_dir / "release").touch()
+
+
 @pytest.mark.parametrize(
     ("algo", "learner_class"),
     [("ppo", "PPOLearnerWorker"), ("flash_sac", "FlashSACLearnerWorker")],
@@ -162,9 +184,14 @@ def rows_written(path, count):
 def test_a_dead_learner_stops_the_run_and_resume_continues_from_the_last_checkpoint(
     tmp_path, algo, learner_class
 ):
-    config = dying_config(tmp_path, algo, "{at_step: 0}", total=160 * 24)  # never dies itself
+    # The rollout actors wait in round 4 (each env steps 40 a round) while the learner is killed
+    # after round 3; then they go on, and the learner's next call finds it dead.
+    kwargs = f"{{at_step: 140, marker_dir: '{tmp_path}'}}"
+    config = dying_config(tmp_path, algo, kwargs, total=160 * 6, env=PAUSE_ENV)
     metrics = pathlib.Path(config.metrics_path)
-    thread, killed = kill_processes_when(rows_written(metrics, 3), f"ray::{learner_class}")
+    thread, killed = kill_processes_when(
+        paused(tmp_path, metrics, 3), f"ray::{learner_class}", then=lambda _: release(tmp_path)
+    )
     with pytest.raises(TrainingError) as error:
         run(config)
     thread.join()
@@ -175,15 +202,14 @@ def test_a_dead_learner_stops_the_run_and_resume_continues_from_the_last_checkpo
         + re.escape(str(config.checkpoint_path)),
         message,
     ), message
-    stopped_at = read_checkpoint(config.checkpoint_path).progress.round
-    assert 3 <= stopped_at < 24
+    assert read_checkpoint(config.checkpoint_path).progress.round == 3
 
     summary = train(config, resume=config.checkpoint_path, quiet=True, devices=NO_GPU)
-    assert summary.rounds == 24 and summary.env_steps == 160 * 24
+    assert summary.rounds == 6 and summary.env_steps == 160 * 6
     rows = read_metrics(config.metrics_path)
-    assert [int(row["round"]) for row in rows] == list(range(1, 25))
+    assert [int(row["round"]) for row in rows] == list(range(1, 7))
     env_steps = [int(row["env_steps"]) for row in rows]
-    assert env_steps == sorted(env_steps) and env_steps[-1] == 160 * 24
+    assert env_steps == sorted(env_steps) and env_steps[-1] == 160 * 6
 
 
 def test_an_output_folder_that_cannot_be_written_is_refused_before_anything_starts(
@@ -306,21 +332,35 @@ def test_memory_needs_add_up_and_name_the_largest():
 
 
 def test_a_dead_evaluator_is_restarted_and_evaluations_go_on(tmp_path):
+    # The evaluator is killed after round 2; the rollout actors wait in round 5 until the
+    # process Ray starts in its place has been made, so rounds go on with it (not a race
+    # between its start-up, seconds, and the end of the run).
     config = dying_config(
         tmp_path,
         "ppo",
-        "{at_step: 0}",
-        # Long enough for the restarted evaluator (seconds to start) to answer while rounds go
-        # on: 60 rounds ended first once the PPO update got 3.7x faster.
-        total=160 * 200,
+        f"{{at_step: 180, marker_dir: '{tmp_path}'}}",
+        total=160 * 12,
         extra="evaluation: {interval_env_steps: 320, episodes: 2}\n",
+        env=PAUSE_ENV,
     )
     metrics = pathlib.Path(config.metrics_path)
-    thread, killed = kill_processes_when(rows_written(metrics, 2), "ray::PolicyEvaluator")
+
+    def release_once_restarted(killed):
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            titles = ray_processes("ray::PolicyEvaluator")
+            if any(pid not in killed and ".__init__" not in t for pid, t in titles.items()):
+                break
+            time.sleep(0.05)
+        release(tmp_path)
+
+    thread, killed = kill_processes_when(
+        rows_written(metrics, 2), "ray::PolicyEvaluator", then=release_once_restarted
+    )
     summary, _ = run(config)
     thread.join()
     assert killed
-    assert summary.rounds == 200 and summary.final_evaluation is not None
+    assert summary.rounds == 12 and summary.final_evaluation is not None
     rows = read_metrics(config.metrics_path)
     # Evaluations of weights after the kill came back from the restarted process.
     assert any(row["eval_env_steps"] and int(row["eval_env_steps"]) > 320 * 3 for row in rows)

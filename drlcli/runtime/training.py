@@ -39,6 +39,7 @@ from drlcli.checkpoint import (
     check_fits,
     non_finite_tensors,
     read_checkpoint,
+    state_dict_problem,
     validate_actor_semantics,
     validate_learner_states,
     write_checkpoint,
@@ -118,7 +119,9 @@ def train(
         config.algo_params, actor.spec, topology.learner_device, topology.num_learners
     )
     stored = (
-        None if resume is None else _load_for_resume(Path(resume), config, actor.semantics, facts)
+        None
+        if resume is None
+        else _load_for_resume(Path(resume), config, actor.semantics, facts, actor.tensor_shapes)
     )
     replay_file = _replay_file(algorithm, config, resume, resume_replay)
 
@@ -230,6 +233,7 @@ class ProbedActor:
     aux_loss_names: list[str]
     inference_memory: dict[str, int]
     parameter_bytes: int  # of its parameters and buffers
+    tensor_shapes: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
 
 
 def probe_actor(algorithm: Algorithm, config: Config, facts: EnvFacts) -> ProbedActor:
@@ -250,6 +254,7 @@ def probe_actor(algorithm: Algorithm, config: Config, facts: EnvFacts) -> Probed
         aux_loss_names=_aux_loss_names(probe, facts.obs_dim),
         inference_memory=declared_inference_memory(probe),
         parameter_bytes=sum(module_memory_bytes(probe).values()),
+        tensor_shapes={name: tuple(t.shape) for name, t in probe.state_dict().items()},
     )
 
 
@@ -298,15 +303,26 @@ def _cluster_devices() -> AvailableDevices:
 
 
 def _load_for_resume(
-    path: Path, config: Config, semantics: dict[str, Any], facts: EnvFacts
+    path: Path,
+    config: Config,
+    semantics: dict[str, Any],
+    facts: EnvFacts,
+    actor_shapes: dict[str, tuple[int, ...]] | None = None,
 ) -> Checkpoint:
-    """The checkpoint to resume from, refused before anything starts unless it fits."""
+    """The checkpoint to resume from, refused before anything starts unless it fits: also each
+    learner's policy actor against ``actor_shapes``, the tensors of this run's actor (a learner
+    would otherwise fail to load it only once its process started)."""
     checkpoint = read_verified_checkpoint(path)
     validate_actor_semantics(checkpoint.actor_semantics, semantics, source=str(path))
     check_fits(checkpoint, facts, str(path), config=config)
     validate_learner_states(checkpoint.learner_states, checkpoint.algorithm, source=str(path))
     for index, state in enumerate(checkpoint.learner_states):
-        problem = checkpoint.algorithm.check_resume(
+        problem = None
+        if actor_shapes is not None:
+            actor_problem = state_dict_problem(state["actor"], actor_shapes)
+            if actor_problem is not None:
+                problem = f"its policy actor {actor_problem}; the file is damaged"
+        problem = problem or checkpoint.algorithm.check_resume(
             config.algo_params, state, facts.obs_dim, facts.action_dim
         )
         if problem is not None:
