@@ -319,6 +319,19 @@ def _spawned_build(seed, queue):
 
 
 @pytest.mark.subprocess
+def test_an_env_stepper_process_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from drlcli.algos.flash_sac.env_stepper import EnvStepper; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')[:3])"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout
+
+
+@pytest.mark.subprocess
 def test_a_spawned_process_rebuilds_the_same_actor_from_the_spec():
     from tests.custom_actors import build_with_seed
 
@@ -438,7 +451,8 @@ def test_resume_check_calls_a_critic_that_is_not_tensors_damaged():
 
 def test_the_collector_runs_in_process_with_a_local_stepper_pool():
     """The algorithm's classes are plain Python: a round without Ray."""
-    from drlcli.algos.flash_sac.collector import EnvStepper, FlashSACCollector, LocalStepperPool
+    from drlcli.algos.flash_sac.collector import FlashSACCollector, LocalStepperPool
+    from drlcli.algos.flash_sac.env_stepper import EnvStepper
     from drlcli.config import EnvConfig
 
     env = EnvConfig(id="InvertedPendulum-v5", num_envs=2, seed=3)
@@ -466,7 +480,8 @@ def test_a_non_finite_reward_stops_the_update_naming_the_quantities():
 def test_the_collector_drops_the_transitions_of_a_restarted_stepper():
     """A stepper whose process was restarted reports its envs' step as lost: they are not
     stored as transitions, and their envs start new episodes (dones)."""
-    from drlcli.algos.flash_sac.collector import EnvStepper, FlashSACCollector, LocalStepperPool
+    from drlcli.algos.flash_sac.collector import FlashSACCollector, LocalStepperPool
+    from drlcli.algos.flash_sac.env_stepper import EnvStepper
     from drlcli.config import EnvConfig
 
     class RestartingPool(LocalStepperPool):

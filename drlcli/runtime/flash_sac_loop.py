@@ -39,7 +39,7 @@ class FlashSACRoundLoop:
     ) -> None:
         import ray
 
-        from drlcli.algos.flash_sac.collector import EnvStepper
+        from drlcli.algos.flash_sac.env_stepper import EnvStepper
         from drlcli.runtime.workers import FlashSACLearnerWorker, form_data_parallel_group
 
         self.config, self.topology = config, topology

@@ -18,7 +18,6 @@ benchmarks give it a local one.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -27,47 +26,11 @@ import numpy as np
 import torch
 
 from drlcli.actors.spec import ActorSpec
+from drlcli.algos.flash_sac.env_stepper import EnvStepper
 from drlcli.algos.flash_sac.learner import FlashSACLearner
 from drlcli.algos.flash_sac.params import FlashSACParams
 from drlcli.algos.flash_sac.replay import TransitionReplay
-from drlcli.config import EnvConfig
-from drlcli.envs import EnvBatch
 from drlcli.normalization import RewardScaler
-
-
-class EnvStepper:
-    """Rollout actor ``actor_id`` of FlashSAC: ``num_envs`` environments and no policy (the
-    learner chooses its actions)."""
-
-    def __init__(self, actor_id: int, env_config: EnvConfig) -> None:
-        self.envs = EnvBatch.for_rollout_actor(env_config, actor_id)
-
-    def observations(self) -> np.ndarray:
-        return self.envs.obs.astype(np.float32)
-
-    def state_dict(self) -> dict[str, Any]:
-        """The episodes in progress (``EnvBatch.state_dict``), for an exact resume."""
-        return {"envs": self.envs.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> dict[str, Any]:
-        """Continue the episodes ``state_dict`` recorded; returns ``{process_id}``."""
-        self.envs.load_state_dict(state["envs"])
-        return {"process_id": os.getpid()}
-
-    def step(self, actions: np.ndarray) -> dict[str, Any]:
-        """Step every env; ``final_obs`` is the pre-reset observation (the transition's s').
-        ``process_id`` tells the caller when Ray replaced a dead process between two steps."""
-        step = self.envs.step(actions)
-        return {
-            "process_id": os.getpid(),
-            "next_obs": step.next_obs.astype(np.float32),
-            "final_obs": step.final_obs.astype(np.float32),
-            "rewards": step.rewards,
-            "terminated": step.terminated,
-            "truncated": step.truncated,
-            "finished_returns": step.finished_returns,
-            "finished_lengths": step.finished_lengths,
-        }
 
 
 class EnvStepperPool(Protocol):
