@@ -141,3 +141,14 @@ def checkpoint_file(tmp_path: Path, ppo_checkpoint_payload):
         return save_payload(tmp_path / name, payload)
 
     return make
+
+
+def copy_run_outputs(base, config) -> None:
+    """Give ``config`` (a ``Config``) the outputs of the run ``base`` made: its latest and
+    best checkpoints and its metrics, under ``config``'s names. Tests share one trained run
+    this way instead of training the same config again (training is deterministic)."""
+    import shutil
+
+    Path(config.output_dir).mkdir(parents=True, exist_ok=True)
+    for attribute in ("checkpoint_path", "best_checkpoint_path", "metrics_path"):
+        shutil.copyfile(getattr(base, attribute), getattr(config, attribute))

@@ -14,6 +14,7 @@ from drlcli.metrics import read_metrics
 from drlcli.play import load_play_actor, run_episodes
 from drlcli.runtime.training import train
 from drlcli.topology import AvailableDevices
+from tests.conftest import copy_run_outputs
 from tests.test_metrics import FLASH_SAC_COLUMNS
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
@@ -50,11 +51,29 @@ def run(path, **kwargs):
     return train(load_config(path), quiet=True, devices=NO_GPU, **kwargs)
 
 
-def test_flash_sac_trains_writes_metrics_and_a_playable_exportable_checkpoint(
-    flash_config, tmp_path
-):
-    config = load_config(flash_config())
-    summary = run(flash_config())
+@pytest.fixture(scope="module")
+def two_rounds(tmp_path_factory, ray_cluster):
+    """``flash_config()``'s two-round run, trained once for the module: ``(config, summary)``."""
+    folder = tmp_path_factory.mktemp("two_rounds")
+    path = folder / "fs.yaml"
+    path.write_text(TINY_FLASH_SAC.format(total=160, output=folder / "out", extra=""))
+    return load_config(path), run(path)
+
+
+@pytest.fixture
+def trained(flash_config, two_rounds):
+    """``trained(name)``: ``flash_config(name)``'s outputs as if it had been run."""
+
+    def copy(name: str):
+        config = load_config(flash_config(name))
+        copy_run_outputs(two_rounds[0], config)
+        return config
+
+    return copy
+
+
+def test_flash_sac_trains_writes_metrics_and_a_playable_exportable_checkpoint(two_rounds, tmp_path):
+    config, summary = two_rounds
     assert summary.rounds == 2 and summary.env_steps == 160
     rows = read_metrics(config.metrics_path)
     assert list(rows[0]) == FLASH_SAC_COLUMNS
@@ -70,9 +89,8 @@ def test_flash_sac_trains_writes_metrics_and_a_playable_exportable_checkpoint(
     assert exported.max_abs_error <= 1e-5
 
 
-def test_flash_sac_resume_restores_learner_state_and_counters(flash_config):
-    config = load_config(flash_config("res"))
-    run(flash_config("res"))
+def test_flash_sac_resume_restores_learner_state_and_counters(flash_config, trained):
+    config = trained("res")
     stored = load_payload(config.checkpoint_path)["learner_states"][0]
     summary = run(flash_config("res", total=240), resume=config.checkpoint_path)
     assert summary.rounds == 3
@@ -113,14 +131,13 @@ def test_custom_actor_injection_end_to_end(flash_config):
     assert type(policy.actor).__name__ == "AuxLossActor"
 
 
-def test_replay_buffer_is_saved_and_restored_only_when_asked(flash_config):
+def test_replay_buffer_is_saved_and_restored_only_when_asked(flash_config, trained):
     import numpy as np
 
     from drlcli.errors import CheckpointError, UsageError
     from drlcli.runtime.training import replay_path
 
-    config = load_config(flash_config("plain"))
-    run(flash_config("plain"))
+    config = trained("plain")
     assert not replay_path(config.checkpoint_path).exists()
     with pytest.raises(CheckpointError, match="save_replay_buffer: true"):
         run(flash_config("plain", total=240), resume=config.checkpoint_path, resume_replay=True)

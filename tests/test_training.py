@@ -9,12 +9,13 @@ import torch
 
 from drlcli.audit import audit_checkpoint
 from drlcli.checkpoint import load_payload, validate_actor_semantics
-from drlcli.config import load_config
+from drlcli.config import Config, load_config
 from drlcli.errors import SemanticsError, UsageError
 from drlcli.metrics import TIME_COLUMNS, read_metrics
 from drlcli.runtime.ppo_loop import PPORoundLoop
 from drlcli.runtime.training import train
 from drlcli.topology import AvailableDevices, topology_for_config
+from tests.conftest import TINY_PPO, copy_run_outputs
 from tests.test_metrics import PPO_COLUMNS
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
@@ -25,9 +26,30 @@ def run(path, **kwargs):
     return train(load_config(path), quiet=True, devices=NO_GPU, **kwargs)
 
 
-def test_two_round_smoke_training_writes_metrics_and_both_checkpoints(tiny_config):
-    config = load_config(tiny_config())
-    summary = run(tiny_config())
+@pytest.fixture(scope="module")
+def two_rounds(tmp_path_factory, ray_cluster):
+    """The conftest's two-round tiny run, trained once for the module: ``(config, summary)``."""
+    folder = tmp_path_factory.mktemp("two_rounds")
+    path = folder / "tiny.yaml"
+    path.write_text(TINY_PPO.format(total=256, output=folder / "out"))
+    return load_config(path), run(path)
+
+
+@pytest.fixture
+def trained(tiny_config, two_rounds):
+    """``trained(name)``: ``tiny_config(name)``'s outputs as if it had been run (the shared
+    two-round run's files under this name; training is deterministic); returns its config."""
+
+    def copy(name: str) -> Config:
+        config = load_config(tiny_config(name))
+        copy_run_outputs(two_rounds[0], config)
+        return config
+
+    return copy
+
+
+def test_two_round_smoke_training_writes_metrics_and_both_checkpoints(two_rounds):
+    config, summary = two_rounds
     assert summary.rounds == 2 and summary.env_steps == 256
     rows = read_metrics(config.metrics_path)
     assert [row["round"] for row in rows] == ["1", "2"]
@@ -45,12 +67,10 @@ def test_two_round_smoke_training_writes_metrics_and_both_checkpoints(tiny_confi
         assert not audit_checkpoint(path).failed  # drl verify passes on a real checkpoint
 
 
-def test_same_config_and_seed_give_identical_metrics(tiny_config):
-    first = load_config(tiny_config("first"))
+def test_same_config_and_seed_give_identical_metrics(tiny_config, two_rounds):
     second = load_config(tiny_config("second"))
-    run(tiny_config("first"))
     run(tiny_config("second"))
-    rows_a, rows_b = read_metrics(first.metrics_path), read_metrics(second.metrics_path)
+    rows_a, rows_b = read_metrics(two_rounds[0].metrics_path), read_metrics(second.metrics_path)
     assert len(rows_a) == 2
     for row_a, row_b in zip(rows_a, rows_b, strict=True):
         for column in PPO_COLUMNS:
@@ -58,9 +78,8 @@ def test_same_config_and_seed_give_identical_metrics(tiny_config):
                 assert row_a[column] == row_b[column], column
 
 
-def test_resume_continues_the_counters_and_appends_metrics(tiny_config):
-    config = load_config(tiny_config("resumed"))
-    run(tiny_config("resumed"))
+def test_resume_continues_the_counters_and_appends_metrics(tiny_config, trained):
+    config = trained("resumed")
     longer = tiny_config("resumed", total=512)
     summary = run(longer, resume=config.checkpoint_path)
     assert summary.rounds == 4 and summary.env_steps == 512
@@ -75,10 +94,9 @@ def test_resume_continues_the_counters_and_appends_metrics(tiny_config):
 
 
 def test_resume_with_more_rollout_actors_starts_them_from_the_merged_reward_statistics(
-    tiny_config,
+    tiny_config, trained
 ):
-    config = load_config(tiny_config("grown"))
-    run(tiny_config("grown"))
+    config = trained("grown")
     before = load_payload(config.checkpoint_path)["learner_states"][0]["reward_scalers"]
     assert [s["count"] for s in before] == [256.0]
     run(tiny_config("grown", total=512, extra="num_actors: 2\n"), resume=config.checkpoint_path)
@@ -91,9 +109,8 @@ def test_resume_with_more_rollout_actors_starts_them_from_the_merged_reward_stat
     assert [row["env_steps"] for row in rows] == ["128", "256", "512"]
 
 
-def test_resume_refuses_a_checkpoint_with_other_actor_semantics(tiny_config):
-    config = load_config(tiny_config("base"))
-    run(tiny_config("base"))
+def test_resume_refuses_a_checkpoint_with_other_actor_semantics(tiny_config, trained):
+    config = trained("base")
     before = config.checkpoint_path.read_bytes()
     changed = tiny_config("base", total=512).read_text().replace("[16, 16]", "[32, 32]")
     path = tiny_config("changed")
@@ -245,7 +262,7 @@ TWO_LEARNERS = "num_actors: 2\nnum_gpus: 2\nactors_per_gpu: 1\nlearners_on_cpu: 
 
 @pytest.mark.parametrize(("before", "after"), [("", TWO_LEARNERS), (TWO_LEARNERS, "")])
 def test_resume_under_another_learner_count_starts_from_the_mean_and_learner_0s_optimiser(
-    tiny_config, before, after
+    tiny_config, trained, before, after
 ):
     """Method.md: with another learner count every learner starts from the mean of the stored
     networks and learner 0's optimiser; training then continues to the budget."""
@@ -255,8 +272,11 @@ def test_resume_under_another_learner_count_starts_from_the_mean_and_learner_0s_
     from drlcli.checkpoint import read_checkpoint
     from drlcli.envs import env_facts, make_env
 
-    config = load_config(tiny_config("count", extra=before))
-    run(tiny_config("count", extra=before))
+    if before:
+        config = load_config(tiny_config("count", extra=before))
+        run(tiny_config("count", extra=before))
+    else:
+        config = trained("count")
     stored = read_checkpoint(config.checkpoint_path)
     resumed = load_config(tiny_config("count", total=1024, extra=after))
     topology = topology_for_config(resumed, NO_GPU)
