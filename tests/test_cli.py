@@ -17,6 +17,7 @@ from .conftest import REPO_ROOT
 runner = CliRunner()
 
 
+@pytest.mark.subprocess
 def test_help_imports_neither_torch_nor_ray():
     code = (
         "import sys, json\n"
@@ -43,6 +44,7 @@ def test_version():
     assert result.exit_code == 0 and __version__ in result.output
 
 
+@pytest.mark.subprocess
 def test_unknown_key_prints_one_line_and_exits_2(write_config):
     path = write_config("num_actors: 1\nlearning_rate: 0.1\n")
     result = subprocess.run(

@@ -15,6 +15,7 @@ def failing(backend: str) -> doctor.Probe:
     return doctor.Probe(False, f"{backend}: forced off")
 
 
+@pytest.mark.subprocess
 def test_a_real_backend_renders_and_an_unknown_one_fails_in_its_subprocess():
     assert doctor.probe_rendering_backend("egl").ok  # the machines drl is tested on have EGL
     probe = doctor.probe_rendering_backend("no-such-backend")

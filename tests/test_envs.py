@@ -49,6 +49,7 @@ def test_env_batch_resets_finished_episodes_in_the_same_step():
     batch.close()
 
 
+@pytest.mark.subprocess
 def test_mujoco_warnings_become_python_warnings_and_leave_no_log_file(tmp_path):
     # gymnasium 1.4's HalfCheetah model uses a compiler attribute MuJoCo 4 deprecates.
     code = (

@@ -18,6 +18,8 @@ from drlcli.config import load_config
 from drlcli.metrics import read_metrics
 from drlcli.runtime.training import StopRequest, train
 
+pytestmark = pytest.mark.subprocess  # drl train as a user runs it: its own process (and Ray)
+
 
 def ray_processes() -> set[int]:
     found = set()

@@ -200,13 +200,14 @@ def test_an_env_id_that_imports_a_module_is_a_warning_and_is_never_imported(chec
 PEAK_MEMORY = """
 import resource, sys, time
 from drlcli.audit import audit_checkpoint
-started = time.perf_counter()
+started = time.process_time()  # CPU time: another process's load does not inflate it
 report = audit_checkpoint(sys.argv[1])
-print(time.perf_counter() - started, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+print(time.process_time() - started, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 print(dict((c.name, c.status) for c in report.checks)["dimensions"])
 """
 
 
+@pytest.mark.subprocess
 def test_verify_of_a_file_asking_for_a_huge_actor_allocates_nothing_for_it(checkpoint_file):
     """A file's kwargs ask for 20000-wide layers (1.6 GB and an orthogonal initialisation of
     each at full size); the shape check builds on the meta device: about as fast and as small
@@ -232,7 +233,7 @@ def test_verify_of_a_file_asking_for_a_huge_actor_allocates_nothing_for_it(check
     huge_s, huge_kib, huge_status = audit(checkpoint_file(huge, name="huge.pt"))
     assert (normal_status, huge_status) == ("PASS", "FAIL")
     assert huge_kib < normal_kib + 100 * 1024, (normal_kib, huge_kib)  # not 1.6 GB more
-    assert huge_s < normal_s + 5.0, (normal_s, huge_s)
+    assert huge_s < normal_s + 5.0, (normal_s, huge_s)  # CPU seconds: no full-size init
 
 
 def test_inference_memory_is_reported_per_category_and_absent_is_a_warning(checkpoint_file):

@@ -45,7 +45,7 @@ for await (const line of commands) {
     const begin = Date.now();
     try {
       await page.waitForFunction(([l, n]) => (window.drlDashboard.returnPoints()[l] || 0) >= n,
-        [label, count], { timeout: 10000, polling: 50 });
+        [label, count], { timeout: 60000, polling: 50 });
       console.log(`SEEN ${Date.now() - begin}`);
     } catch {
       console.log(`TIMEOUT ${JSON.stringify(await page.evaluate(() => window.drlDashboard.returnPoints()))}`);
