@@ -176,15 +176,20 @@ def test_averaged_gradients_are_the_mean_of_both_learners_in_place_of_each(monke
     from drlcli.algos.flash_sac import data_parallel
 
     ours = [torch.nn.Parameter(torch.zeros(2, 3)), torch.nn.Parameter(torch.zeros(4))]
+    ours.append(torch.nn.Parameter(torch.zeros(1, 2)))
     unused = torch.nn.Parameter(torch.zeros(1))  # no gradient: left out on every learner
     ours[0].grad = torch.arange(6.0).reshape(2, 3)
     ours[1].grad = torch.tensor([1.0, -1.0, 2.0, -2.0])
-    theirs = torch.cat([torch.full((6,), 10.0), torch.tensor([3.0, 3.0, 0.0, 0.0])])
+    ours[2].grad = torch.tensor([[5.0, 7.0]])
+    theirs = torch.cat(
+        [torch.full((6,), 10.0), torch.tensor([3.0, 3.0, 0.0, 0.0]), torch.tensor([1.0, -1.0])]
+    )
     fake = OtherLearner(lambda tensor: theirs)
     monkeypatch.setattr(data_parallel.dist, "all_reduce", fake.all_reduce)
-    data_parallel.DataParallelGroup(0, 2).average_gradients([ours[0], unused, ours[1]])
+    data_parallel.DataParallelGroup(0, 2).average_gradients([ours[0], unused, ours[1], ours[2]])
     torch.testing.assert_close(ours[0].grad, (torch.arange(6.0).reshape(2, 3) + 10.0) / 2)
     torch.testing.assert_close(ours[1].grad, torch.tensor([2.0, 1.0, 1.0, -1.0]))
+    torch.testing.assert_close(ours[2].grad, torch.tensor([[3.0, 3.0]]))
     assert unused.grad is None
 
 
@@ -192,9 +197,10 @@ def test_batch_moments_are_those_of_both_learners_batches_together(monkeypatch):
     from drlcli.algos.flash_sac import data_parallel
 
     generator = torch.Generator().manual_seed(0)
-    ours = 3.0 + torch.randn(2, 8, 4, generator=generator)  # [E, B, F]
-    theirs = 1.0 + 2.0 * torch.randn(2, 8, 4, generator=generator)
-    shift = torch.full((2, 1, 4), 2.5)
+    # [E, B, F]; variances well below 1, so a wrong floor on the variance shows
+    ours = 0.2 + 0.3 * torch.randn(2, 8, 4, generator=generator)
+    theirs = 0.1 + 0.4 * torch.randn(2, 8, 4, generator=generator)
+    shift = torch.full((2, 1, 4), 0.5)
 
     def their_sums(_):
         centred = theirs - shift
@@ -209,6 +215,7 @@ def test_batch_moments_are_those_of_both_learners_batches_together(monkeypatch):
     assert count == 16
     torch.testing.assert_close(mean, both.mean(1, keepdim=True))
     torch.testing.assert_close(variance, both.var(1, unbiased=False, keepdim=True))
+    assert float(variance.max()) < 0.5
 
 
 @pytest.mark.parametrize(("ours", "theirs", "agreed"), [(1, 1, True), (1, 0, False), (0, 1, False)])

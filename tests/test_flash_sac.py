@@ -625,3 +625,34 @@ def test_resume_keeps_this_devices_optimiser_settings_and_the_saved_moments(
     writer.update(random_batch(seed=9))
     for name, tensor in writer.critic.state_dict().items():
         torch.testing.assert_close(resumed.critic.state_dict()[name], tensor, rtol=1e-5, atol=1e-6)
+
+
+def test_joining_data_parallel_learners_shares_every_batch_norm_and_a_graphed_one_refuses():
+    from drlcli.algos.flash_sac.data_parallel import DataParallelGroup
+
+    learner = make_learner()
+    group = DataParallelGroup(0, 2)  # joining calls no collective
+    learner.use_data_parallel(group)
+    assert learner.data_parallel is group
+    for network in (learner.actor, learner.critic, learner.target_critic):
+        norms = [layer for layer in network.modules() if isinstance(layer, UnitBatchNorm)]
+        assert norms and all(layer.data_parallel is group for layer in norms)
+    graphed = make_learner()
+    graphed.uses_cuda_graph = True
+    with pytest.raises(TrainingError, match="a CUDA-graphed learner cannot join"):
+        graphed.use_data_parallel(group)
+    assert graphed.data_parallel is None
+
+
+def test_learner_0s_store_takes_the_other_learners_on_a_free_port():
+    import datetime
+
+    from drlcli.algos.flash_sac.data_parallel import open_store
+
+    store = open_store("127.0.0.1")
+    assert store.port > 0
+    client = torch.distributed.TCPStore(
+        "127.0.0.1", store.port, is_master=False, timeout=datetime.timedelta(seconds=10)
+    )
+    client.set("rank1", "ready")
+    assert store.get("rank1") == b"ready"

@@ -230,3 +230,63 @@ def test_a_per_tensor_optimizer_state_is_flattened_on_load():
     wrong_shapes["state"][0]["exp_avg"] = torch.zeros(7)
     with pytest.raises(CheckpointError, match="shape"):
         learner.load_state_dict({**networks, "optimizer": wrong_shapes})
+
+
+def _per_tensor_state(parameters, steps, moments=True):
+    """An Adam ``state_dict`` over ``parameters`` one by one with the given step counts (a
+    missing step: no state for that parameter, as for one that never had a gradient)."""
+    state = {}
+    for index, (parameter, step) in enumerate(zip(parameters, steps, strict=True)):
+        if step is not None:
+            state[index] = {
+                "step": torch.tensor(float(step)),
+                "exp_avg": torch.full_like(parameter, float(index + 1)),
+                "exp_avg_sq": torch.full_like(parameter, float(index + 10)),
+            }
+    group = {"lr": 1e-3, "params": list(range(len(parameters)))}
+    return {"state": state, "param_groups": [group]}
+
+
+def test_flattening_takes_the_first_parameters_step_and_concatenates_the_moments_in_order():
+    from drlcli.flat_parameters import flatten_optimizer_state
+
+    model = _model()
+    flat = FlatParameters(list(model.parameters()))
+    merged = flatten_optimizer_state(_per_tensor_state(flat.parameters, [3, 2, 2, 2]), flat)
+    assert merged["param_groups"] == [{"lr": 1e-3, "params": [0]}]
+    entry = merged["state"][0]
+    assert float(entry["step"]) == 3.0  # the first parameter's, as documented
+    sizes = [p.numel() for p in flat.parameters]
+    expected = torch.cat([torch.full((n,), float(i + 1)) for i, n in enumerate(sizes)])
+    assert torch.equal(entry["exp_avg"], expected)
+    assert entry["exp_avg_sq"][0] == 10.0 and entry["exp_avg_sq"][-1] == 13.0
+
+
+def test_flattening_a_state_without_moments_gives_a_fresh_optimiser_state():
+    from drlcli.flat_parameters import flatten_optimizer_state
+
+    flat = FlatParameters(list(_model().parameters()))
+    merged = flatten_optimizer_state(_per_tensor_state(flat.parameters, [None] * 4), flat)
+    assert merged["state"] == {}
+    single = {"state": {}, "param_groups": [{"lr": 1.0, "params": [0]}]}
+    assert flatten_optimizer_state(single, flat) is single  # already over one tensor
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda s: s["param_groups"][0]["params"].pop(), r"^3 parameter tensors in 1 groups, "),
+        (
+            lambda s: s["state"][1].update(exp_avg=torch.zeros(2)),
+            r"^exp_avg of shape \(2,\) for a parameter of shape \(16,\)$",
+        ),
+    ],
+)
+def test_flattening_refuses_a_state_of_other_parameters_naming_what_differs(change, message):
+    from drlcli.flat_parameters import flatten_optimizer_state
+
+    flat = FlatParameters(list(_model().parameters()))
+    state = _per_tensor_state(flat.parameters, [1, 1, 1, 1])
+    change(state)
+    with pytest.raises(ValueError, match=message):
+        flatten_optimizer_state(state, flat)

@@ -2,11 +2,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from drlcli.normalization import (
+    RewardScaler,
     RmsState,
     compute_batch_moments,
     merge_rms_states,
@@ -129,3 +131,39 @@ def test_reward_scaler_loads_the_scalar_moments_of_older_checkpoints():
     assert scaler.divisor() == 3.0  # max(sqrt(0.25), 3 / 1)
     assert reward_scaler_state_problem({"mean": [0.0, 1.0], "var": [1.0], "count": 2}) is not None
     assert reward_scaler_state_problem({"mean": [0.0], "var": [-1.0], "count": 2}) is not None
+
+
+def test_reward_scaler_loading_no_state_or_an_empty_one_restarts_its_statistics():
+    scaler = RewardScaler(2, 0.9)
+    scaler.update(np.array([3.0, -1.0]), np.array([False, False]))
+    for state in (None, {"mean": [0.0], "var": [1.0], "count": 0.0, "abs_max": 5.0}):
+        scaler.load_state_dict(state)
+        assert scaler.moments is None and scaler.abs_max == 0.0
+        assert scaler.divisor() == 1.0
+
+
+def test_reward_scaler_loads_stored_moments_as_float64_and_continues_like_the_original():
+    original = RewardScaler(2, 0.9, return_max=5.0)
+    generator = np.random.default_rng(0)
+    original.update(generator.normal(size=2), np.array([False, False]))  # one return per env
+    state = original.state_dict()
+    assert state["count"] == 2.0
+    stored = {
+        "mean": torch.tensor(state["mean"], dtype=torch.float32),
+        "var": torch.tensor(state["var"], dtype=torch.float32),
+        "count": torch.tensor(1.0),  # the smallest count that is kept
+    }
+    loaded = RewardScaler(2, 0.9, return_max=5.0)
+    loaded.load_state_dict(stored)  # an older checkpoint: float32 tensors, no abs_max
+    assert loaded.moments.mean.dtype == loaded.moments.var.dtype == np.float64
+    assert loaded.moments.count == 1.0 and loaded.abs_max == 0.0
+    np.testing.assert_allclose(loaded.moments.mean, state["mean"], rtol=1e-6)
+    copy = RewardScaler(2, 0.9, return_max=5.0)
+    copy.load_state_dict(state)
+    copy.discounted_return = original.discounted_return.copy()  # the rollout actor's to store
+    assert copy.divisor() == original.divisor() and copy.abs_max == original.abs_max > 0
+    rewards = generator.normal(size=(5, 2))
+    for step in rewards:
+        original.update(step, np.array([False, True]))
+        copy.update(step, np.array([False, True]))
+    assert copy.divisor() == original.divisor()

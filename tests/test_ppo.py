@@ -436,3 +436,85 @@ def test_the_reported_kl_clip_fraction_and_explained_variance_are_those_of_the_n
     explained = 1 - np.var(returns - predicted) / np.var(returns)
     assert metrics["explained_variance"] == pytest.approx(explained, rel=1e-4, abs=1e-5)
     assert metrics["explained_variance"] != pytest.approx(0.0, abs=1e-3)
+
+
+def test_a_rollout_actor_loaded_with_anothers_state_samples_what_it_would_have():
+    """``MuJoCoActor.state_dict`` / ``load_state_dict``: the episodes in progress, the sampling
+    noise and the reward scaler's discounted returns carry over, so the next round is the same
+    in a fresh process (an exact resume)."""
+    env = dataclasses.replace(ENV, max_episode_steps=30)
+    network = Learner(SPEC, 4, 1, PARAMS, seed=0).network_state()
+    first = MuJoCoActor(0, env, SPEC, PARAMS, gamma=0.99)
+    try:
+        first.sample(network, 45, 0.99, 0.95, None)  # mid-episode, scaler statistics grown
+        moments = first.reward_scaler.state_dict()
+        state = first.state_dict()
+        assert np.abs(state["discounted_return"]).max() > 0
+        expected, expected_stats = first.sample(network, 20, 0.99, 0.95, None)
+    finally:
+        first.close()
+    torch.manual_seed(123)  # another process's generator state: the loaded one must win
+    second = MuJoCoActor(0, env, SPEC, PARAMS, gamma=0.99)
+    try:
+        assert second.load_state_dict(state)["actor_id"] == 0
+        second.restore_reward_scaler(moments)
+        got, stats = second.sample(network, 20, 0.99, 0.95, None)
+    finally:
+        second.close()
+    for name, column in expected.items():
+        np.testing.assert_array_equal(got[name], column, err_msg=name)
+    assert stats["episode_returns"] == expected_stats["episode_returns"]
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda state: state.pop("envs"), "'envs'"),
+        (lambda state: state.update(torch_rng=[1, 2, 3]), "torch_rng|RNG|state"),
+        (lambda state: state.update(discounted_return=np.zeros(5)), r"discounted returns of shape"),
+    ],
+)
+def test_a_rollout_actor_refuses_a_state_that_does_not_fit_in_one_line(damage, message):
+    from drlcli.errors import CheckpointError
+
+    actor = MuJoCoActor(3, ENV, SPEC, PARAMS, gamma=0.99)
+    try:
+        state = actor.state_dict()
+        damage(state)
+        with pytest.raises(CheckpointError, match=r"^rollout actor 3's stored state does not fit"):
+            actor.load_state_dict(state)
+        with pytest.raises(CheckpointError, match=message):
+            actor.load_state_dict(state)
+    finally:
+        actor.close()
+
+
+def test_a_learner_loaded_with_anothers_state_makes_the_same_next_update(rollout_actor):
+    """Networks, the optimiser's moments and the minibatch order's generator all carry over."""
+    import copy
+
+    first = Learner(SPEC, 4, 1, PARAMS, seed=0)
+    trajectory, _ = rollout_actor.sample(first.network_state(), 32, 0.99, 0.95, None)
+    first.add(trajectory)
+    first.train_step(0.0)
+    state = copy.deepcopy(first.state_dict())
+    second = Learner(SPEC, 4, 1, PARAMS, seed=7)  # other weights and another shuffle stream
+    stored = dict(state, shuffle_generator=state["shuffle_generator"].tolist())  # bytes as ints
+    second.load_state_dict(stored)
+    first.add(trajectory)
+    second.add(trajectory)
+    expected, expected_metrics = first.train_step(0.5)
+    got, metrics = second.train_step(0.5)
+    for part in ("actor", "value"):
+        for name, tensor in expected[part].items():
+            assert torch.equal(got[part][name], tensor), (part, name)
+    assert metrics["Loss/policy"] == expected_metrics["Loss/policy"]
+
+
+def test_a_damaged_shuffle_generator_is_refused_in_one_line():
+    from drlcli.errors import CheckpointError
+
+    learner = Learner(SPEC, 4, 1, PARAMS, seed=0)
+    state = dict(learner.state_dict(), shuffle_generator=torch.zeros(3, dtype=torch.uint8))
+    with pytest.raises(CheckpointError, match=r"^the checkpoint's shuffle_generator state is dam"):
+        learner.load_state_dict(state)

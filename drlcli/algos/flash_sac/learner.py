@@ -330,7 +330,9 @@ class FlashSACLearner:
         self.aux_names = frozenset(names) if names is not None else None
 
 
-class CudaGraphUpdates:
+# Replays CUDA graphs: without a GPU no test can run it, so `make mutation` leaves it out
+# (scripts/gpu_check.py compares it with the eager update on a GPU).
+class CudaGraphUpdates:  # pragma: no mutate block
     """Runs ``step(batch, with_actor)`` as captured CUDA graphs: one graph for an update with
     the actor and temperature step, one for a critic-only update (the two kinds of learner
     iteration). Each kind first runs ``WARMUP`` times eagerly on a side stream (real updates,
