@@ -74,7 +74,7 @@ def test_missing_config_is_a_config_error(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "path", sorted((REPO_ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name
+    "path", sorted((REPO_ROOT / "drlcli" / "presets").glob("*.yaml")), ids=lambda p: p.name
 )
 def test_dry_run_on_every_shipped_config(path):
     result = runner.invoke(app, ["train", "--dry-run", str(path)], env={"COLUMNS": "200"})

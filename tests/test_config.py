@@ -136,7 +136,7 @@ def test_to_dict_round_trips(write_config):
 
 
 @pytest.mark.parametrize(
-    "path", sorted((REPO_ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name
+    "path", sorted((REPO_ROOT / "drlcli" / "presets").glob("*.yaml")), ids=lambda p: p.name
 )
 def test_every_shipped_config_loads(path):
     config = load_config(path)

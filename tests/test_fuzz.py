@@ -263,7 +263,7 @@ def test_resume_from_mutated_checkpoints_trains_or_refuses_in_one_line(
 # --- configs -------------------------------------------------------------------------------
 
 VALID_CONFIGS = [
-    yaml.safe_load((Path(__file__).parent.parent / "configs" / name).read_text())
+    yaml.safe_load((Path(__file__).parent.parent / "drlcli" / "presets" / name).read_text())
     for name in ("quickstart.yaml", "hopper_flash_sac_cpu.yaml")
 ]
 
