@@ -9,7 +9,7 @@ One call of ``update(batch)`` (the losses as in the paper, SAC with a distributi
     critic:
         a' ~ pi(.|s'),  j* = argmin_j E[Q'_j(s', a')]          (target network, lower head)
         p  = Proj( r + gamma (1 - terminated) (z - alpha log pi(a'|s')) ) of head j*
-        L_Q = - sum_j sum_k p_k log q_j,k(s, a)
+        L_Q = - mean_j E[ sum_k p_k log q_j,k(s, a) ]           (both heads, averaged)
     target:  theta' <- (1 - tau) theta' + tau theta
 
 Learning rates follow a cosine from ``learning_rate`` to ``learning_rate_end`` over the run;
