@@ -36,9 +36,11 @@ test: setup
 	@if [ -d web/node_modules ]; then cd web && npm test --silent; fi
 
 # The edit-test loop: the tests that need neither Ray nor a subprocess (a test that starts a
-# process anyway fails here, naming the marker it lacks).
+# process anyway fails here, naming the marker it lacks), with half of the fuzz cases (the
+# first half of the same derandomised ones; make test runs them all).
 test-fast: setup
-	DRL_TEST_FAST=1 $(BIN)/python -m pytest -m "not ray and not subprocess" -q
+	DRL_TEST_FAST=1 DRL_FUZZ_EXAMPLES=$${DRL_FUZZ_EXAMPLES:-0.5} \
+		$(BIN)/python -m pytest -m "not ray and not subprocess" -q
 
 # Mutation testing of the maths modules ([tool.mutmut] in pyproject.toml): the score, and each
 # surviving mutant not explained in tests/equivalent_mutants.md. Hours on two cores; not CI.

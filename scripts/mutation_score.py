@@ -63,7 +63,11 @@ def main() -> int:
     killed = sum(status in KILLED for status in counted.values())
     survivors = sorted(name for name, status in counted.items() if status in SURVIVED)
     score = killed / max(len(counted), 1)
-    per_module: Counter[str] = Counter(name.split(".x_")[0] for name in survivors)
+    # mutmut names a function's mutants module.x_function__mutmut_N, a method's
+    # module.xǁClassǁmethod__mutmut_N.
+    per_module: Counter[str] = Counter(
+        re.split(r"\.x[_\u01c1]", name, maxsplit=1)[0] for name in survivors
+    )
 
     print(
         f"mutants: {len(statuses)}, checked: {len(checked)}, equivalent (listed): {len(equivalent)}"
