@@ -230,3 +230,23 @@ def test_loading_more_arrays_than_the_capacity_keeps_the_newest_from_position_ze
     np.testing.assert_array_equal(replay.obs[:, 0], np.arange(24, 40))
     replay.load_arrays({name: column[:0] for name, column in source.items()})
     assert len(replay) == 0
+
+
+def test_each_critic_head_is_a_distribution_over_the_bins_with_its_bias():
+    from drlcli.algos.flash_sac.critic import DoubleCategoricalCritic
+
+    torch.manual_seed(0)
+    critic = DoubleCategoricalCritic(5, 2, 16, 1, 11, -4.0, 4.0)
+    with torch.no_grad():
+        critic.head_bias.copy_(torch.linspace(-1.0, 1.0, 22).reshape(2, 11))
+    obs, action = torch.randn(6, 5), torch.randn(6, 2)
+    critic.eval()
+    with torch.no_grad():
+        q, log_probs = critic(obs, action)
+        x = torch.cat([obs, action], dim=1).unsqueeze(0).expand(2, -1, -1)
+        logits = critic.head(critic.encoder(x)) + critic.head_bias[:, None, :]
+    assert log_probs.shape == (2, 6, 11) and q.shape == (2, 6)
+    # Normalised over the bins of each head and sample (not over the heads).
+    torch.testing.assert_close(log_probs, torch.log_softmax(logits, dim=2))
+    torch.testing.assert_close(log_probs.exp().sum(-1), torch.ones(2, 6))
+    torch.testing.assert_close(q, (log_probs.exp() * torch.linspace(-4.0, 4.0, 11)).sum(-1))
