@@ -232,7 +232,7 @@ def test_a_per_tensor_optimizer_state_is_flattened_on_load():
         learner.load_state_dict({**networks, "optimizer": wrong_shapes})
 
 
-def _per_tensor_state(parameters, steps, moments=True):
+def _per_tensor_state(parameters, steps):
     """An Adam ``state_dict`` over ``parameters`` one by one with the given step counts (a
     missing step: no state for that parameter, as for one that never had a gradient)."""
     state = {}
