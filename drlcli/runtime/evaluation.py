@@ -36,20 +36,35 @@ class EvaluationRunner:
     def __init__(
         self, config: Config, spec: ActorSpec, resources: dict[str, float], env_steps: int
     ) -> None:
+        self.config, self.spec, self.resources = config, spec, resources
+        self.interval = config.evaluation.interval_env_steps
+        self.restarts = RestartCounter(config.max_rollout_actor_restarts, names=["the evaluator"])
+        self.worker: Any = None
+        self.roles: dict[str, str] = {}
+        self.pending: tuple[Any, Checkpoint] | None = None
+        self.next_due = self._after(env_steps)
+        if self.periodic:  # evaluations come back while the first rounds train
+            self.start()
+
+    def start(self) -> None:
+        """Start the evaluator's process (once; the first evaluation starts it otherwise).
+
+        Without periodic evaluation the driver calls this once the rollout actors and learners
+        are up: a process start is seconds of CPU (torch's import), and the first round should
+        not wait on that of a process that only evaluates the final policy.
+        """
         import ray
 
         from drlcli.evaluation import PolicyEvaluator
 
-        self.interval = config.evaluation.interval_env_steps
-        self.restarts = RestartCounter(config.max_rollout_actor_restarts, names=["the evaluator"])
+        if self.worker is not None:
+            return
         self.worker = (
             ray.remote(PolicyEvaluator)
-            .options(**resources, **restartable_actor_options(self.restarts.limit))
-            .remote(config.env, spec, config.evaluation.episodes)
+            .options(**self.resources, **restartable_actor_options(self.restarts.limit))
+            .remote(self.config.env, self.spec, self.config.evaluation.episodes)
         )
         self.roles = {actor_id_of(self.worker): "the evaluator"}
-        self.pending: tuple[Any, Checkpoint] | None = None
-        self.next_due = self._after(env_steps)
 
     @property
     def periodic(self) -> bool:
@@ -94,6 +109,7 @@ class EvaluationRunner:
             return get_when_restarted(partial(self._evaluate, checkpoint), self.roles)
 
     def _evaluate(self, checkpoint: Checkpoint) -> Any:
+        self.start()
         return self.worker.evaluate.remote(
             checkpoint.actor,
             checkpoint.obs_rms_state,
@@ -104,4 +120,5 @@ class EvaluationRunner:
     def close(self) -> None:
         import ray
 
-        ray.kill(self.worker)
+        if self.worker is not None:
+            ray.kill(self.worker)

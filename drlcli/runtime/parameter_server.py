@@ -1,6 +1,8 @@
 """ParameterServer: global observation statistics and learner parameter averaging.
 
-A plain class; the runtime wraps it with ``ray.remote``.
+A plain class; the runtime wraps it with ``ray.remote``. It imports torch only when it averages
+(several learners): importing torch costs a process seconds of CPU at start, and a run with one
+learner only asks it for observation statistics.
 """
 
 from __future__ import annotations
@@ -8,14 +10,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import torch
-
 from drlcli.normalization import RmsState, merge_rms_states
 
 
 def average_state_dicts(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Element-wise mean of nested state dicts with identical structure (floating tensors);
     non-floating tensors (counters) are taken from the first."""
+    import torch
+
     first = states[0]
     if isinstance(first, dict):
         return {key: average_state_dicts([state[key] for state in states]) for key in first}

@@ -433,6 +433,7 @@ def _run(
     console: Console,
 ) -> TrainingSummary:
     loop = algorithm.load_round_loop()(config, topology, actor.spec, facts, stored)
+    evaluator.start()  # (if not started): after the round loop's processes, overlapping rounds
     saves_replay = algorithm.replay_saving is not None and algorithm.replay_saving(
         config.algo_params
     )
