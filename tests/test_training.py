@@ -7,10 +7,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from drlcli.algos.ppo.algorithm import gaussian_actor_spec
 from drlcli.audit import audit_checkpoint
-from drlcli.checkpoint import load_payload, validate_actor_semantics
+from drlcli.checkpoint import load_payload, read_checkpoint, validate_actor_semantics
 from drlcli.config import Config, load_config
+from drlcli.envs import env_facts, make_env
 from drlcli.errors import SemanticsError, UsageError
+from drlcli.evaluation import PolicyEvaluator
 from drlcli.metrics import TIME_COLUMNS, read_metrics
 from drlcli.runtime.ppo_loop import PPORoundLoop
 from drlcli.runtime.training import train
@@ -65,11 +68,34 @@ def test_two_round_smoke_training_writes_metrics_and_both_checkpoints(two_rounds
         assert set(payload["actor"]) >= {"log_std", "mean_network.0.weight"}
         assert payload["env"]["kwargs"] == {"reset_noise_scale": 0.01}  # the task, for play
         assert not audit_checkpoint(path).failed  # drl verify passes on a real checkpoint
+    # The final evaluation (made in rollout actor 0's process) is PolicyEvaluator's: its own
+    # environment, seeds and frozen statistics, untouched by the training environments.
+    latest = read_checkpoint(config.checkpoint_path)
+    facts = env_facts(make_env(config.env.id, **config.env.kwargs))
+    spec = gaussian_actor_spec(config.algo_params, facts.action_low, facts.action_high)
+    evaluator = PolicyEvaluator(config.env, spec, config.evaluation.episodes)
+    expected = evaluator.evaluate(
+        latest.actor, latest.obs_rms_state, latest.observation_clip, latest.progress.env_steps
+    )
+    assert latest.evaluation == expected.to_dict()
+    assert summary.final_evaluation == expected
+
+
+def evaluator_processes_started() -> int:
+    """The PolicyEvaluator actors this Ray session has made (alive or not)."""
+    import ray._private.state as state
+
+    actors = state.actors().values()
+    return sum(1 for actor in actors if actor["ActorClassName"].endswith("PolicyEvaluator"))
 
 
 def test_same_config_and_seed_give_identical_metrics(tiny_config, two_rounds):
     second = load_config(tiny_config("second"))
+    evaluators_before = evaluator_processes_started()
     run(tiny_config("second"))
+    # Without periodic evaluation rollout actor 0 evaluated the final policy: no process of
+    # its own was started for it.
+    assert evaluator_processes_started() == evaluators_before
     rows_a, rows_b = read_metrics(two_rounds[0].metrics_path), read_metrics(second.metrics_path)
     assert len(rows_a) == 2
     for row_a, row_b in zip(rows_a, rows_b, strict=True):
@@ -133,8 +159,6 @@ def test_learners_sample_with_own_parameters_between_syncs_and_average_on_sync(t
     topology = topology_for_config(config, NO_GPU)
     assert (topology.num_learners, topology.num_actors) == (2, 4)
     from drlcli.actors.spec import ActorSpec  # noqa: F401  (spec built as train() does)
-    from drlcli.algos.ppo.algorithm import gaussian_actor_spec
-    from drlcli.envs import env_facts, make_env
 
     facts = env_facts(make_env(config.env.id))
     spec = gaussian_actor_spec(config.algo_params, facts.action_low, facts.action_high)
@@ -178,12 +202,14 @@ def test_processes_share_the_cpus_of_a_cluster_that_has_too_few():
     from drlcli.topology import TrainingTopology
 
     cpus = ray.cluster_resources()["CPU"]
-    crowded = process_resources(TrainingTopology(2, int(cpus), "cpu", 2))
+    crowded = process_resources(TrainingTopology(2, int(cpus), "cpu", 2), evaluator_process=True)
     assert crowded.cpu_processes == 2 * int(cpus) + 2 + 1  # and the evaluator
     assert 0 < crowded.cpu_share <= cpus / crowded.cpu_processes
     assert crowded.learner == {"num_cpus": crowded.cpu_share}
     assert crowded.rollout_actor == {"num_cpus": crowded.cpu_share, "scheduling_strategy": "SPREAD"}
-    roomy = process_resources(TrainingTopology(1, 1, "cuda", 1))  # rollout actor, evaluator
+    hosted = process_resources(TrainingTopology(2, int(cpus), "cpu", 2), evaluator_process=False)
+    assert hosted.cpu_processes == crowded.cpu_processes - 1
+    roomy = process_resources(TrainingTopology(1, 1, "cuda", 1), True)  # actor, evaluator
     assert roomy.cpu_share == 1.0 and roomy.learner == {"num_gpus": 1.0}
 
 
@@ -226,7 +252,6 @@ def test_train_with_dashboard_serves_the_run_while_it_trains(tiny_config):
 def test_a_non_finite_environment_stops_training_naming_the_round_and_keeps_the_checkpoint(
     tmp_path, algo, what
 ):
-    from drlcli.checkpoint import read_checkpoint
     from drlcli.errors import TrainingError
 
     params = (
@@ -267,10 +292,6 @@ def test_resume_under_another_learner_count_starts_from_the_mean_and_learner_0s_
     """Method.md: with another learner count every learner starts from the mean of the stored
     networks and learner 0's optimiser; training then continues to the budget."""
     import ray
-
-    from drlcli.algos.ppo.algorithm import gaussian_actor_spec
-    from drlcli.checkpoint import read_checkpoint
-    from drlcli.envs import env_facts, make_env
 
     if before:
         config = load_config(tiny_config("count", extra=before))

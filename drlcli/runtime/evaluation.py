@@ -1,4 +1,5 @@
-"""The evaluator's Ray actor and its schedule during training.
+"""Where a run's evaluations run (the evaluator's Ray actor, or a round loop's process) and
+their schedule during training.
 
 Periodic evaluations run while the next round trains: ``submit`` sends the weights of a round
 (with its checkpoint kept here until the result is back) and ``collect`` picks a finished result
@@ -12,6 +13,7 @@ from functools import partial
 from typing import Any
 
 from drlcli.actors.spec import ActorSpec
+from drlcli.algos.algorithm import EvaluationHosting
 from drlcli.checkpoint import Checkpoint
 from drlcli.config import Config
 from drlcli.evaluation import EvaluationResult
@@ -20,10 +22,21 @@ from drlcli.runtime.ray_session import get_or_raise as _get
 from drlcli.runtime.restarts import RestartCounter, restartable_actor_options
 
 
+def evaluator_has_own_process(config: Config, round_loop: type) -> bool:
+    """Whether a run's evaluations take a process of their own (and its CPU share): with
+    periodic evaluation, or where ``round_loop`` cannot host the final one
+    (``EvaluationHosting``)."""
+    return config.evaluation.interval_env_steps is not None or not issubclass(
+        round_loop, EvaluationHosting
+    )
+
+
 class EvaluationRunner:
-    """One ``PolicyEvaluator`` in its own Ray actor. It holds no state between evaluations:
-    when its process dies, Ray restarts it (as often as a rollout actor) and the evaluation is
-    redone.
+    """The evaluations of a run, in one ``PolicyEvaluator`` of their own Ray actor, or in a
+    process of the round loop (``EvaluationHosting``: PPO's rollout actor 0) when the run has
+    no periodic evaluation and only its final policy is evaluated. Either holds no state between
+    evaluations: when the process dies, Ray restarts it (as often as a rollout actor) and the
+    evaluation is redone.
 
     Args:
         config: the run (its ``evaluation`` section and its environment).
@@ -40,18 +53,21 @@ class EvaluationRunner:
         self.interval = config.evaluation.interval_env_steps
         self.restarts = RestartCounter(config.max_rollout_actor_restarts, names=["the evaluator"])
         self.worker: Any = None
+        self.hosted = False  # the worker is the round loop's process, not the evaluator's own
         self.roles: dict[str, str] = {}
         self.pending: tuple[Any, Checkpoint] | None = None
         self.next_due = self._after(env_steps)
         if self.periodic:  # evaluations come back while the first rounds train
             self.start()
 
-    def start(self) -> None:
-        """Start the evaluator's process (once; the first evaluation starts it otherwise).
+    def start(self, host: tuple[Any, str] | None = None) -> None:
+        """Choose where evaluations run (once; the first evaluation calls it otherwise): without
+        periodic evaluation in ``host`` (``EvaluationHosting.evaluation_host()``), if any, else
+        in the evaluator's own process, started here.
 
-        Without periodic evaluation the driver calls this once the rollout actors and learners
-        are up: a process start is seconds of CPU (torch's import), and the first round should
-        not wait on that of a process that only evaluates the final policy.
+        The driver calls this once the rollout actors and learners are up: a process start is
+        seconds of CPU (torch's import), and the first round should not wait on that of a
+        process that only evaluates the final policy.
         """
         import ray
 
@@ -59,12 +75,18 @@ class EvaluationRunner:
 
         if self.worker is not None:
             return
-        self.worker = (
-            ray.remote(PolicyEvaluator)
-            .options(**self.resources, **restartable_actor_options(self.restarts.limit))
-            .remote(self.config.env, self.spec, self.config.evaluation.episodes)
-        )
-        self.roles = {actor_id_of(self.worker): "the evaluator"}
+        if host is not None and not self.periodic:
+            self.worker, name = host
+            self.hosted = True
+            self.restarts = RestartCounter(self.restarts.limit, names=[name])
+        else:
+            self.worker = (
+                ray.remote(PolicyEvaluator)
+                .options(**self.resources, **restartable_actor_options(self.restarts.limit))
+                .remote(self.config.env, self.spec, self.config.evaluation.episodes)
+            )
+            name = "the evaluator"
+        self.roles = {actor_id_of(self.worker): name}
 
     @property
     def periodic(self) -> bool:
@@ -110,15 +132,19 @@ class EvaluationRunner:
 
     def _evaluate(self, checkpoint: Checkpoint) -> Any:
         self.start()
-        return self.worker.evaluate.remote(
+        weights = (
             checkpoint.actor,
             checkpoint.obs_rms_state,
             checkpoint.observation_clip,
             checkpoint.progress.env_steps,
         )
+        if self.hosted:
+            return self.worker.evaluate_policy.remote(self.config.evaluation.episodes, *weights)
+        return self.worker.evaluate.remote(*weights)
 
     def close(self) -> None:
+        """Stop the evaluator's own process (a host is the round loop's to stop)."""
         import ray
 
-        if self.worker is not None:
+        if self.worker is not None and not self.hosted:
             ray.kill(self.worker)

@@ -16,6 +16,7 @@ from drlcli.checkpoint import Checkpoint
 from drlcli.config import Config
 from drlcli.errors import CheckpointError
 from drlcli.metrics import average_metrics
+from drlcli.runtime.evaluation import evaluator_has_own_process
 from drlcli.runtime.ray_session import actor_id_of, process_resources
 from drlcli.runtime.ray_session import get_or_raise as _get
 from drlcli.runtime.restarts import RestartCounter, restartable_actor_options
@@ -44,7 +45,7 @@ class FlashSACRoundLoop:
 
         self.config, self.topology = config, topology
         params = config.algo_params
-        resources = process_resources(topology)
+        resources = process_resources(topology, evaluator_has_own_process(config, type(self)))
         restartable = restartable_actor_options(config.max_rollout_actor_restarts)
         self.steppers = [
             ray.remote(EnvStepper)

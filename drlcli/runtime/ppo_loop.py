@@ -10,6 +10,7 @@ from drlcli.checkpoint import Checkpoint
 from drlcli.config import Config
 from drlcli.metrics import average_metrics
 from drlcli.normalization import RmsState, merge_rms_states
+from drlcli.runtime.evaluation import evaluator_has_own_process
 from drlcli.runtime.ray_session import (
     WorkerDied,
     actor_id_of,
@@ -45,7 +46,7 @@ class PPORoundLoop:
 
         self.config, self.topology = config, topology
         params = config.algo_params
-        resources = process_resources(topology)
+        resources = process_resources(topology, evaluator_has_own_process(config, type(self)))
         stored_rms = None if stored is None else stored.obs_rms_state
         self.parameter_server = ray.remote(ParameterServer).options(num_cpus=0).remote(stored_rms)
         self.learners = [
@@ -292,6 +293,11 @@ class PPORoundLoop:
         ]
         for index, answer in enumerate(_get(calls, self.roles)):
             self.restarts.restarted_unseen(index, answer["process_id"])  # the pid to watch
+
+    def evaluation_host(self) -> tuple[Any, str]:
+        """Rollout actor 0 (``MuJoCoActor.evaluate_policy``): a run without periodic evaluation
+        evaluates its final policy there (``EvaluationHosting``)."""
+        return self.rollout_actors[0], "rollout actor 0"
 
     def close(self) -> None:
         import ray

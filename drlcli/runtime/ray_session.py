@@ -72,7 +72,7 @@ class ProcessResources:
     learner: dict[str, Any]
     rollout_actor: dict[str, Any]  # also the evaluator's
     cpu_share: float  # CPUs per CPU-bound process: 1, or less on a cluster with too few
-    cpu_processes: int  # rollout actors, CPU learners and the evaluator
+    cpu_processes: int  # rollout actors, CPU learners and the evaluator (if it has its own)
     cluster_cpus: float
 
 
@@ -94,17 +94,20 @@ def cpu_share(node_cpus: list[float], processes: int) -> float:
     return 1e-4
 
 
-def process_resources(topology: TrainingTopology) -> ProcessResources:
+def process_resources(
+    topology: TrainingTopology, evaluator_process: bool = True
+) -> ProcessResources:
     """One GPU per CUDA learner; one CPU per rollout actor, per CPU learner and for the
-    evaluator (its request is ``rollout_actor``'s), or an equal share that fits them all on the
-    cluster's nodes when they have fewer CPUs than that (whole-CPU requests would leave the
-    surplus pending forever); rollout actors and the evaluator spread over the nodes. Call
-    inside a Ray session."""
+    evaluator (its request is ``rollout_actor``'s; ``evaluator_process``: whether it has a
+    process of its own), or an equal share that fits them all on the cluster's nodes when they
+    have fewer CPUs than that (whole-CPU requests would leave the surplus pending forever);
+    rollout actors and the evaluator spread over the nodes. Call inside a Ray session."""
     import ray
 
     cuda = topology.learner_device == "cuda"
-    # Rollout actors, CPU learners and the evaluator.
-    cpu_processes = topology.num_actors + (0 if cuda else topology.num_learners) + 1
+    cpu_processes = (
+        topology.num_actors + (0 if cuda else topology.num_learners) + int(evaluator_process)
+    )
     node_cpus = [
         float(node["Resources"].get("CPU", 0.0)) for node in ray.nodes() if node.get("Alive")
     ]

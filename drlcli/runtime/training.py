@@ -26,7 +26,7 @@ from rich.console import Console
 from drlcli.actors.contract import declared_inference_memory
 from drlcli.actors.memory import module_memory_bytes
 from drlcli.actors.spec import ActorSpec, actor_semantics, build_policy_actor
-from drlcli.algos.algorithm import Algorithm, ReplaySaving, RunShape
+from drlcli.algos.algorithm import Algorithm, EvaluationHosting, ReplaySaving, RunShape
 from drlcli.algos.registry import ALGORITHMS, get_algorithm
 from drlcli.atomic import check_writable, remove_leftovers
 from drlcli.audit import read_verified_checkpoint
@@ -58,7 +58,7 @@ from drlcli.errors import (
 from drlcli.evaluation import EvaluationResult
 from drlcli.metrics import MetricsWriter, metric_columns
 from drlcli.normalization import DEFAULT_OBSERVATION_CLIP
-from drlcli.runtime.evaluation import EvaluationRunner
+from drlcli.runtime.evaluation import EvaluationRunner, evaluator_has_own_process
 from drlcli.runtime.memory_budget import available_memory_bytes, check_memory, run_memory_needs
 from drlcli.runtime.nodes import check_every_node, check_runtime_env, import_py_modules_here
 from drlcli.runtime.progress import TrainingProgress
@@ -145,12 +145,13 @@ def train(
             check_every_node(config, actor.spec.builder)
         if address and devices is None:
             topology = resolve_for(config, _cluster_devices())
-        resources = process_resources(topology)
+        evaluator_process = evaluator_has_own_process(config, algorithm.load_round_loop())
+        resources = process_resources(topology, evaluator_process)
         if resources.cpu_share < 1.0:
             console.print(
                 f"note: {resources.cluster_cpus:g} CPUs in the Ray cluster for "
-                f"{resources.cpu_processes} rollout actors, CPU learners and the evaluator: "
-                "each gets "
+                f"{resources.cpu_processes} rollout actors, CPU learners"
+                f"{' and the evaluator' if evaluator_process else ''}: each gets "
                 f"{resources.cpu_share:g} of a CPU",
                 style="yellow",
                 highlight=False,
@@ -433,7 +434,8 @@ def _run(
     console: Console,
 ) -> TrainingSummary:
     loop = algorithm.load_round_loop()(config, topology, actor.spec, facts, stored)
-    evaluator.start()  # (if not started): after the round loop's processes, overlapping rounds
+    # After the round loop's processes: a process of its own starts while the rounds train.
+    evaluator.start(loop.evaluation_host() if isinstance(loop, EvaluationHosting) else None)
     saves_replay = algorithm.replay_saving is not None and algorithm.replay_saving(
         config.algo_params
     )
@@ -501,21 +503,21 @@ def _run(
                 display.update(row, total_rounds)
             if stop.requested:  # the last round finished; skip the final evaluation
                 raise stop.stopped(_written(config.checkpoint_path), progress.round)
+        final_evaluation = None
+        if checkpoint is not None:  # before the loop closes: one of its processes may host it
+            if evaluator.periodic and (evaluated := evaluator.collect(wait=True)) is not None:
+                best.offer_evaluated(*evaluated)
+                if evaluated[1].progress.env_steps == checkpoint.progress.env_steps:
+                    final_evaluation = evaluated[0]  # the final weights were just evaluated
+            # The final policy is always evaluated; the latest checkpoint records the result.
+            final_evaluation = final_evaluation or evaluator.evaluate_now(checkpoint)
+            checkpoint = dataclasses.replace(checkpoint, evaluation=final_evaluation.to_dict())
+            if evaluator.periodic:
+                best.offer_evaluated(final_evaluation, checkpoint)
+            write_checkpoint(config.checkpoint_path, _with_progress(checkpoint, progress))
+            best.write_pending()
     finally:
         loop.close()
-    final_evaluation = None
-    if checkpoint is not None:
-        if evaluator.periodic and (evaluated := evaluator.collect(wait=True)) is not None:
-            best.offer_evaluated(*evaluated)
-            if evaluated[1].progress.env_steps == checkpoint.progress.env_steps:
-                final_evaluation = evaluated[0]  # the final weights were just evaluated
-        # The final policy is always evaluated; the latest checkpoint records the result.
-        final_evaluation = final_evaluation or evaluator.evaluate_now(checkpoint)
-        checkpoint = dataclasses.replace(checkpoint, evaluation=final_evaluation.to_dict())
-        if evaluator.periodic:
-            best.offer_evaluated(final_evaluation, checkpoint)
-        write_checkpoint(config.checkpoint_path, _with_progress(checkpoint, progress))
-        best.write_pending()
 
     summary = TrainingSummary(
         rounds=progress.round,
