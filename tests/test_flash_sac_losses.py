@@ -250,3 +250,34 @@ def test_each_critic_head_is_a_distribution_over_the_bins_with_its_bias():
     torch.testing.assert_close(log_probs, torch.log_softmax(logits, dim=2))
     torch.testing.assert_close(log_probs.exp().sum(-1), torch.ones(2, 6))
     torch.testing.assert_close(q, (log_probs.exp() * torch.linspace(-4.0, 4.0, 11)).sum(-1))
+
+
+def test_loaded_moments_keep_this_optimisers_settings_and_put_step_counters_on_the_cpu():
+    from drlcli.algos.flash_sac.learner import load_moments
+
+    torch.manual_seed(0)
+    weights = [torch.nn.Parameter(torch.randn(3)), torch.nn.Parameter(torch.randn(2))]
+    saved = torch.optim.Adam(weights, lr=0.1, betas=(0.8, 0.9))
+    for _ in range(3):
+        saved.zero_grad()
+        (weights[0].square().sum() + weights[1].sum()).backward()
+        saved.step()
+    state = saved.state_dict()
+    for moments in state["state"].values():  # as an older writer stored them
+        moments["step"] = moments["step"].to(torch.float64)
+    fresh = [torch.nn.Parameter(torch.zeros(3)), torch.nn.Parameter(torch.zeros(2))]
+    learning_rate = torch.tensor(0.5)  # a graphed learner's: its captured graph reads it
+    loading = torch.optim.Adam(
+        fresh, lr=learning_rate, betas=(0.7, 0.95), weight_decay=0.25, foreach=False
+    )
+    load_moments(loading, state)
+    group = loading.param_groups[0]
+    assert group["lr"] is learning_rate
+    assert (group["betas"], group["weight_decay"]) == ((0.7, 0.95), 0.25)
+    assert group["params"] == fresh
+    for parameter, original in zip(fresh, weights, strict=True):
+        moments = loading.state[parameter]
+        assert moments["step"].dtype == torch.float32 and moments["step"].device.type == "cpu"
+        assert float(moments["step"]) == 3.0
+        torch.testing.assert_close(moments["exp_avg"], saved.state[original]["exp_avg"])
+        torch.testing.assert_close(moments["exp_avg_sq"], saved.state[original]["exp_avg_sq"])

@@ -66,6 +66,25 @@ def test_training_matches_per_tensor_clipping_and_adam(clipping, max_norm):
     assert applied == pytest.approx(min(norm, max_norm), rel=1e-4)
 
 
+@pytest.mark.parametrize("clipping", ["_clip_in_numpy", "_clip_on_device"])
+@pytest.mark.parametrize(
+    ("gradient", "max_norm"),
+    [([3e-6, 4e-6], 1e-6), ([0.3, 0.4], 0.75), ([0.3, 0.4], 0.5)],  # norm 5e-6, 0.5, 0.5
+)
+def test_clipping_scales_by_max_norm_over_norm_plus_epsilon_and_never_up(
+    clipping, gradient, max_norm
+):
+    weight = nn.Parameter(torch.zeros(2))
+    flat = FlatParameters([weight])
+    flat.grads.copy_(torch.tensor(gradient))
+    reference = nn.Parameter(torch.zeros(2))
+    reference.grad = torch.tensor(gradient)
+    expected_norm = nn.utils.clip_grad_norm_([reference], max_norm)
+    assert float(getattr(flat, clipping)(max_norm)) == pytest.approx(float(expected_norm))
+    # torch's epsilon (1e-6) matters at a norm of 5e-6; a norm under max_norm stays as it is.
+    torch.testing.assert_close(weight.grad, reference.grad, rtol=1e-6, atol=0.0)
+
+
 @pytest.mark.parametrize("kernel_available", [True, False])
 def test_adam_step_is_optimizer_step_bit_for_bit(monkeypatch, kernel_available):
     import drlcli.flat_parameters as flat_module
@@ -101,13 +120,29 @@ def test_adam_step_is_optimizer_step_bit_for_bit(monkeypatch, kernel_available):
     assert len(kernel_calls) == (5 if kernel_available else 0)  # the first step creates state
 
 
-def test_adam_step_defers_to_the_optimizer_for_variants_it_does_not_cover():
+@pytest.mark.parametrize(
+    "variant",
+    [
+        {"weight_decay": 0.1, "amsgrad": True},
+        {"weight_decay": 0.1},
+        {"amsgrad": True},
+        {"maximize": True},
+        {"fused": False},
+        {"fused": False, "foreach": False},
+        {"lr": torch.tensor(1e-2)},
+    ],
+    ids=repr,
+)
+def test_adam_step_defers_to_the_optimizer_for_variants_it_does_not_cover(variant):
     reference, model = _model(), _model()
     flats = [FlatParameters(list(m.parameters())) for m in (reference, model)]
-    adams = [
-        torch.optim.Adam([f.values], lr=1e-2, weight_decay=0.1, amsgrad=True, fused=True)
-        for f in flats
-    ]
+    options = {"lr": 1e-2, "fused": True, **variant}
+    if isinstance(options["lr"], torch.Tensor):  # one tensor each, as two learners hold
+        adams = [
+            torch.optim.Adam([f.values], **{**options, "lr": options["lr"].clone()}) for f in flats
+        ]
+    else:
+        adams = [torch.optim.Adam([f.values], **options) for f in flats]
     for step in range(3):
         for m, flat in zip((reference, model), flats, strict=True):
             flat.zero_grad()
@@ -149,6 +184,16 @@ def test_check_views_detects_replaced_tensors():
     flat = FlatParameters(list(other.parameters()))
     other.zero_grad(set_to_none=True)
     assert not flat.check_views()
+
+
+def test_check_views_looks_past_empty_parameters_and_checks_one_element_ones():
+    empty, single, weight = (nn.Parameter(torch.zeros(shape)) for shape in ((0,), (1,), (4,)))
+    for replaced in (single, weight):
+        flat = FlatParameters([empty, single, weight])
+        flat.zero_grad()
+        assert flat.check_views()
+        replaced.data = replaced.data.clone()  # after an empty view: still checked
+        assert not flat.check_views()
 
 
 def test_rejects_duplicates_and_mixed_dtypes():

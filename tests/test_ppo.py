@@ -518,3 +518,72 @@ def test_a_damaged_shuffle_generator_is_refused_in_one_line():
     state = dict(learner.state_dict(), shuffle_generator=torch.zeros(3, dtype=torch.uint8))
     with pytest.raises(CheckpointError, match=r"^the checkpoint's shuffle_generator state is dam"):
         learner.load_state_dict(state)
+
+
+def test_the_reported_losses_and_gradient_norm_are_means_over_the_minibatches(rollout_actor):
+    learner = Learner(SPEC, 4, 1, PARAMS, seed=0)
+    trajectory, _ = rollout_actor.sample(learner.network_state(), 64, 0.99, 0.95, None)
+    learner.add(trajectory)
+    losses, norms = [], []
+    compute_gradients, clip = learner.minibatch_gradients, learner.flat.clip_grad_norm
+
+    def recorded_gradients(**batch):
+        stats = compute_gradients(**batch)
+        losses.append([float(stats[k]) for k in ("pg_loss", "v_loss", "entropy_loss")])
+        return stats
+
+    def recorded_clip(max_norm):
+        norms.append(float(clip(max_norm)))
+        return norms[-1]
+
+    learner.minibatch_gradients = recorded_gradients
+    learner.flat.clip_grad_norm = recorded_clip
+    _, metrics = learner.train_step(0.0)
+    assert len(losses) == len(norms) == PARAMS.num_epochs * PARAMS.num_minibatches
+    policy, value, entropy = np.mean(losses, axis=0)
+    assert len({policy, value, entropy, np.mean(norms)}) == 4  # a swap would show
+    assert metrics["Loss/policy"] == pytest.approx(policy, rel=1e-6)
+    assert metrics["Loss/value"] == pytest.approx(value, rel=1e-6)
+    assert metrics["Loss/entropy"] == pytest.approx(entropy, rel=1e-6)
+    assert metrics["grad_norm"] == pytest.approx(np.mean(norms), rel=1e-6)
+
+
+def test_constant_returns_have_no_explained_variance(rollout_actor):
+    learner = Learner(SPEC, 4, 1, PARAMS, seed=0)
+    trajectory, _ = rollout_actor.sample(learner.network_state(), 16, 0.99, 0.95, None)
+    learner.add({**trajectory, "ret": np.full_like(trajectory["ret"], 2.0)})
+    _, metrics = learner.train_step(0.0)
+    assert np.isnan(metrics["explained_variance"])  # 1 - x / 0 is no figure
+
+
+def test_a_non_finite_update_names_the_quantities_and_what_to_do(rollout_actor):
+    # One minibatch: its losses are computed before an update could spread the infinity.
+    params = dataclasses.replace(PARAMS, num_epochs=1, num_minibatches=1)
+    learner = Learner(SPEC, 4, 1, params, seed=0)
+    trajectory, _ = rollout_actor.sample(learner.network_state(), 16, 0.99, 0.95, None)
+    learner.add({**trajectory, "ret": np.full_like(trajectory["ret"], np.inf)})
+    with pytest.raises(TrainingError) as error:
+        learner.train_step(0.0)
+    assert str(error.value) == (
+        "the PPO update's value loss inf, gradient norm nan (mean over minibatches) is not "
+        "finite; lower algo_params.learning_rate or check the environment's rewards"
+    )
+
+
+def test_a_policy_actor_that_replaces_a_parameter_tensor_is_told_how_to_update_in_place(
+    rollout_actor,
+):
+    from drlcli.errors import PolicyActorContractError
+
+    learner = Learner(SPEC, 4, 1, PARAMS, seed=0)
+    trajectory, _ = rollout_actor.sample(learner.network_state(), 16, 0.99, 0.95, None)
+    learner.add(trajectory)
+    log_std = learner.actor.log_std
+    learner.actor.normalize_parameters = lambda: setattr(log_std, "data", log_std.data.clone())
+    with pytest.raises(PolicyActorContractError) as error:
+        learner.train_step(0.0)
+    assert str(error.value) == (
+        "the policy actor replaced a parameter tensor or its gradient during the update "
+        "(e.g. `p.data = ...` in normalize_parameters); update parameters in place "
+        "(`p.copy_(...)` under torch.no_grad())"
+    )
