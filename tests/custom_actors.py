@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
+from drlcli.actors.gaussian import GaussianPolicyActor
 from drlcli.algos.flash_sac.actor import FlashSACActor
 
 
@@ -85,3 +87,38 @@ def build_with_seed(seed: int, obs_dim: int, action_dim: int) -> dict[str, torch
     return {
         k: v.clone() for k, v in build_policy_actor(spec, obs_dim, action_dim).state_dict().items()
     }
+
+
+class _Shifted(torch.nn.Module):
+    def __init__(self, network: torch.nn.Module, shift: float) -> None:
+        super().__init__()
+        self.network, self.shift = network, shift
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.network(obs) + self.shift
+
+
+class ShiftedGaussianActor(GaussianPolicyActor):
+    """The built-in PPO actor with its mean moved by ``shift``: a subclass, which a rollout
+    actor must run as its own module (not as the built-in's numpy copy)."""
+
+    def __init__(self, *args: Any, shift: float) -> None:
+        super().__init__(*args)
+        self.mean_network = _Shifted(self.mean_network, shift)
+
+
+def build_shifted_gaussian(
+    obs_dim: int,
+    action_dim: int,
+    device: Any = "cpu",
+    *,
+    action_low: list[float],
+    action_high: list[float],
+    shift: float,
+    init_log_std: float = -3.0,
+) -> ShiftedGaussianActor:
+    low, high = (np.asarray(bound, dtype=np.float32) for bound in (action_low, action_high))
+    actor = ShiftedGaussianActor(
+        obs_dim, action_dim, low, high, (8,), "tanh", init_log_std, shift=shift
+    )
+    return actor.to(device)

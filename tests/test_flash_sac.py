@@ -639,7 +639,9 @@ def test_joining_data_parallel_learners_shares_every_batch_norm_and_a_graphed_on
         assert norms and all(layer.data_parallel is group for layer in norms)
     graphed = make_learner()
     graphed.uses_cuda_graph = True
-    with pytest.raises(TrainingError, match="a CUDA-graphed learner cannot join"):
+    with pytest.raises(
+        TrainingError, match="^a CUDA-graphed learner cannot join data-parallel learners$"
+    ):
         graphed.use_data_parallel(group)
     assert graphed.data_parallel is None
 
@@ -647,10 +649,11 @@ def test_joining_data_parallel_learners_shares_every_batch_norm_and_a_graphed_on
 def test_learner_0s_store_takes_the_other_learners_on_a_free_port():
     import datetime
 
-    from drlcli.algos.flash_sac.data_parallel import open_store
+    from drlcli.algos.flash_sac.data_parallel import JOIN_TIMEOUT_S, open_store
 
-    store = open_store("127.0.0.1")
-    assert store.port > 0
+    store, another = open_store("127.0.0.1"), open_store("127.0.0.1")
+    assert store.port > 0 and another.port > 0 and store.port != another.port  # each a free one
+    assert store.timeout == datetime.timedelta(seconds=JOIN_TIMEOUT_S)  # how long a join waits
     client = torch.distributed.TCPStore(
         "127.0.0.1", store.port, is_master=False, timeout=datetime.timedelta(seconds=10)
     )

@@ -167,3 +167,11 @@ def test_reward_scaler_loads_stored_moments_as_float64_and_continues_like_the_or
         original.update(step, np.array([False, True]))
         copy.update(step, np.array([False, True]))
     assert copy.divisor() == original.divisor()
+
+
+def test_scalar_reward_moments_of_older_checkpoints_load_as_one_element_arrays():
+    scaler = RewardScaler(num_envs=1, gamma=0.5)
+    scaler.load_state_dict({"mean": 2.0, "var": 3.0, "count": 5.0})
+    state = scaler.state_dict()
+    assert np.shape(state["mean"]) == np.shape(state["var"]) == (1,)  # the checkpoint form
+    assert (float(state["mean"][0]), float(state["var"][0]), state["count"]) == (2.0, 3.0, 5.0)

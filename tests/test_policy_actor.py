@@ -100,9 +100,9 @@ class _Broken(GaussianPolicyActor):
         ("no_explore", "lacks required method explore()"),
         ("empty_transform", "action_transform_id must be a non-empty string"),
         ("export_differs", "as_export_module() and explore(deterministic=True) must both"),
-        ("bad_log_prob", "info['log_prob'] must be a Tensor of shape [batch]"),
+        ("bad_log_prob", "info['log_prob'] must be a Tensor of shape [batch]=3, got int"),
         ("bad_aux", "info['aux_losses'] must be dict[str, 0-dim Tensor]"),
-        ("wrong_action_shape", "actions must be a Tensor of shape [3, 2]"),
+        ("wrong_action_shape", "actions must be a Tensor of shape [3, 2], got [3, 1]"),
     ],
 )
 def test_contract_violations_fail_closed_with_the_missing_piece(breakage, message):

@@ -556,16 +556,28 @@ def test_constant_returns_have_no_explained_variance(rollout_actor):
     assert np.isnan(metrics["explained_variance"])  # 1 - x / 0 is no figure
 
 
-def test_a_non_finite_update_names_the_quantities_and_what_to_do(rollout_actor):
+@pytest.mark.parametrize(
+    ("broken", "named"),
+    [
+        ("returns", "value loss inf, gradient norm nan"),
+        ("log_std", "policy loss nan, entropy nan, gradient norm nan"),
+    ],
+)
+def test_a_non_finite_update_names_the_quantities_and_what_to_do(rollout_actor, broken, named):
     # One minibatch: its losses are computed before an update could spread the infinity.
     params = dataclasses.replace(PARAMS, num_epochs=1, num_minibatches=1)
     learner = Learner(SPEC, 4, 1, params, seed=0)
     trajectory, _ = rollout_actor.sample(learner.network_state(), 16, 0.99, 0.95, None)
-    learner.add({**trajectory, "ret": np.full_like(trajectory["ret"], np.inf)})
+    if broken == "returns":
+        trajectory = {**trajectory, "ret": np.full_like(trajectory["ret"], np.inf)}
+    else:
+        with torch.no_grad():
+            learner.actor.log_std.fill_(float("nan"))
+    learner.add(trajectory)
     with pytest.raises(TrainingError) as error:
         learner.train_step(0.0)
     assert str(error.value) == (
-        "the PPO update's value loss inf, gradient norm nan (mean over minibatches) is not "
+        f"the PPO update's {named} (mean over minibatches) is not "
         "finite; lower algo_params.learning_rate or check the environment's rewards"
     )
 
@@ -587,3 +599,100 @@ def test_a_policy_actor_that_replaces_a_parameter_tensor_is_told_how_to_update_i
         "(e.g. `p.data = ...` in normalize_parameters); update parameters in place "
         "(`p.copy_(...)` under torch.no_grad())"
     )
+
+
+@pytest.mark.parametrize(
+    ("samples", "minibatches", "standardised"),
+    [(1, 1, False), (2, 2, True), (4, 4, True)],  # one sample has no spread to divide by
+)
+def test_small_buffers_make_minibatches_of_at_least_one_sample(
+    rollout_actor, samples, minibatches, standardised
+):
+    params = dataclasses.replace(PARAMS, num_epochs=1, num_minibatches=minibatches)
+    learner = Learner(SPEC, 4, 1, params, seed=0)
+    trajectory, _ = rollout_actor.sample(learner.network_state(), 8, 0.99, 0.95, None)
+    learner.add({name: column[:samples] for name, column in trajectory.items()})
+    seen, compute_gradients = [], learner.minibatch_gradients
+
+    def record(**batch):
+        seen.append(np.asarray(batch["advantages"], dtype=np.float64))
+        return compute_gradients(**batch)
+
+    learner.minibatch_gradients = record
+    _, metrics = learner.train_step(0.0)
+    assert [len(batch) for batch in seen] == [samples // minibatches] * minibatches
+    advantages = np.concatenate(seen)
+    raw = trajectory["adv"][:samples].astype(np.float64)
+    if standardised:
+        np.testing.assert_allclose(
+            np.sort(advantages), np.sort((raw - raw.mean()) / raw.std(ddof=1)), rtol=1e-5
+        )
+    else:
+        np.testing.assert_allclose(advantages, raw, rtol=1e-6)
+    assert np.isfinite(metrics["Loss/policy"])
+
+
+def test_the_warm_up_draws_its_actions_over_the_whole_box_from_the_actors_own_seed():
+    """Its actions are seeded by the rollout actor (the same every time, another for another
+    actor), uniform over ``[low, high]`` (InvertedPendulum's is [-3, 3]), and its answer names
+    the actor and its process, as the driver's restart handling reads them."""
+    import os
+
+    def warm_up(actor_id: int) -> tuple[dict, np.ndarray]:
+        actor = MuJoCoActor(actor_id, ENV, SPEC, PARAMS, gamma=0.99)
+        taken, step = [], actor.envs.step
+        actor.envs.step = lambda actions: (taken.append(np.array(actions)), step(actions))[1]
+        try:
+            return actor.warm_up_observations(100), np.concatenate(taken)
+        finally:
+            actor.close()
+
+    answer, actions = warm_up(0)
+    again, same_actions = warm_up(0)
+    _, other_actions = warm_up(1)
+    assert (answer["actor_id"], answer["process_id"]) == (0, os.getpid())
+    assert set(answer) == {"actor_id", "process_id", "obs_rms_moments"}
+    np.testing.assert_array_equal(actions, same_actions)
+    for name, value in answer["obs_rms_moments"].items():
+        np.testing.assert_array_equal(value, again["obs_rms_moments"][name])
+    assert not np.array_equal(actions, other_actions)
+    assert actions.min() < -2.5 and actions.max() > 2.5  # the whole box, not [-3, 1]
+    assert answer["obs_rms_moments"]["count"] == 100 * ENV.num_envs
+
+
+def shifted_spec(shift: float, bound: float):
+    from drlcli.actors.spec import ActorSpec
+
+    kwargs = {"action_low": [-bound], "action_high": [bound], "shift": shift}
+    return ActorSpec("tests.custom_actors:build_shifted_gaussian", kwargs)
+
+
+def test_a_subclass_of_the_built_in_actor_samples_as_its_own_module():
+    spec = shifted_spec(2.0, 3.0)
+    actor = MuJoCoActor(0, ENV, spec, PARAMS, gamma=0.99)
+    try:
+        network = Learner(spec, 4, 1, PARAMS, seed=0).network_state()
+        trajectory, _ = actor.sample(network, 20, 0.99, 0.95, None)
+    finally:
+        actor.close()
+    # Its own forward: the shifted mean (a copy of the built-in's layers would give about 0).
+    assert abs(float(trajectory["act"].mean()) - 2.0) < 0.5
+
+
+def test_a_rollout_actor_refuses_a_policy_whose_actions_leave_the_environments_box():
+    from drlcli.errors import PolicyActorContractError
+
+    # Its own bounds are [-5, 5], InvertedPendulum's [-3, 3]; its mean sits at 4.
+    with pytest.raises(PolicyActorContractError, match="outside the environment's action_high 3"):
+        MuJoCoActor(0, ENV, shifted_spec(4.0, 5.0), PARAMS, gamma=0.99)
+
+
+def test_a_rollout_actor_without_reward_scaling_carries_no_discounted_returns():
+    params = dataclasses.replace(PARAMS, normalize_rewards=False)
+    actor = MuJoCoActor(0, ENV, SPEC, params, gamma=0.99)
+    try:
+        state = actor.state_dict()
+        assert state["discounted_return"] is None and state["actor_id"] == 0
+        assert actor.load_state_dict(state)["actor_id"] == 0
+    finally:
+        actor.close()
