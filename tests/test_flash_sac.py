@@ -306,9 +306,13 @@ def test_aux_loss_names_must_not_change():
     learner = make_learner(params)
     batch = random_batch()
     learner.update(batch)
-    with pytest.raises(TrainingError, match="aux_losses changed"):
+    with pytest.raises(TrainingError) as error:
         for _ in range(3):
             learner.update(batch)
+    assert str(error.value) == (
+        "the actor's aux_losses changed from ['action_l2'] to ['something_else']; "
+        "the set of auxiliary losses must stay the same during training"
+    )
 
 
 def _spawned_build(seed, queue):
@@ -469,12 +473,54 @@ def test_the_collector_runs_in_process_with_a_local_stepper_pool():
     assert state["transitions"] == 40 and state["return_scaler"]["count"] == 40.0
 
 
-def test_a_non_finite_reward_stops_the_update_naming_the_quantities():
-    learner = make_learner()
+@pytest.mark.parametrize("broken", ["rew", "obs"])
+def test_a_non_finite_input_stops_the_update_naming_the_quantities(broken):
+    learner = make_learner(dataclasses.replace(SMALL, actor_update_period=1))
     batch = random_batch()
-    batch["rew"][3] = float("nan")
-    with pytest.raises(TrainingError, match=r"FlashSAC update 1: .*Loss/critic nan.* not finite"):
+    batch[broken][3] = float("nan")
+    with pytest.raises(TrainingError) as error:
         learner.update(batch)
+    message = str(error.value)
+    advice = " is not finite; lower algo_params.learning_rate or check the environment's rewards"
+    if broken == "rew":  # the critic's target alone
+        assert message == "FlashSAC update 1: Loss/critic nan" + advice
+    else:  # every figure of the update, each named, comma-separated
+        assert message == (
+            "FlashSAC update 1: Loss/actor nan, Loss/temperature nan, entropy nan, "
+            "temperature nan, Loss/critic nan, q_mean nan" + advice
+        )
+
+
+def test_an_update_reports_the_cosine_learning_rate_it_used():
+    from drlcli.algos.flash_sac.learner import cosine_learning_rate
+
+    params = dataclasses.replace(SMALL, learning_rate=1e-3, learning_rate_end=1e-4)
+    learner = make_learner(params)
+    batch = random_batch()
+    rates = [learner.update(batch)["learning_rate"] for _ in range(3)]
+    assert rates == [cosine_learning_rate(1e-3, 1e-4, step / 100) for step in range(3)]
+    assert rates[0] == 1e-3 and rates[1] < rates[0]
+    # Past the planned updates (a resume with a larger budget) the schedule stays at its end.
+    assert cosine_learning_rate(1e-3, 1e-4, 1.5) == cosine_learning_rate(1e-3, 1e-4, 1.0)
+    assert cosine_learning_rate(1e-3, 1e-4, -0.5) == 1e-3
+
+
+def test_a_data_parallel_learner_averages_the_gradients_of_each_network_it_steps():
+    class RecordingGroup:  # stands in for the all-reduce of a DataParallelGroup
+        def __init__(self):
+            self.averaged = []
+
+        def average_gradients(self, parameters):
+            self.averaged.append({id(parameter) for parameter in parameters})
+
+    params = dataclasses.replace(SMALL, actor_update_period=1)
+    learner = make_learner(params)
+    learner.data_parallel = group = RecordingGroup()
+    learner.update(random_batch())
+    critic = {id(parameter) for parameter in learner.critic.parameters()}
+    actor = {id(parameter) for parameter in learner.actor.parameters()}
+    assert len(group.averaged) == 2  # once per optimiser step: the critic's, the actor's
+    assert critic in group.averaged and actor | {id(learner.log_temperature)} in group.averaged
 
 
 def test_the_collector_drops_the_transitions_of_a_restarted_stepper():
