@@ -705,3 +705,19 @@ def test_learner_0s_store_takes_the_other_learners_on_a_free_port():
     )
     client.set("rank1", "ready")
     assert store.get("rank1") == b"ready"
+
+
+def test_a_loaded_learner_holds_its_auxiliary_losses_to_the_stored_names():
+    params = dataclasses.replace(
+        SMALL, actor_update_period=1, actor_config=ActorConfig(CUSTOM.builder, CUSTOM.kwargs)
+    )
+    trained = make_learner(params)
+    trained.update(random_batch())
+    state = trained.state_dict()
+    assert state["aux_names"] == ["action_l2"]
+    resumed = make_learner(params)
+    resumed.load_state_dict(state)
+    assert resumed.aux_names == frozenset({"action_l2"})
+    older = make_learner(params)  # a state written before the names were stored
+    older.load_state_dict({**state, "aux_names": None})
+    assert older.aux_names is None
