@@ -106,3 +106,35 @@ class PolicyEvaluator:
 
     def close(self) -> None:
         self.env.close()
+
+
+class EvaluationHost:
+    """Mixin of a training process class (PPO's rollout actor, FlashSAC's learner worker) that
+    can also evaluate, in its own process: a round loop offers one such process to the driver
+    (``EvaluationHosting``), and a run without periodic evaluation evaluates its final policy
+    there instead of starting an evaluator process (seconds of CPU, torch's import, for one
+    evaluation). The ``PolicyEvaluator`` is built by the first call, with its own environment
+    and policy copy: the process's own environments and generators are not touched."""
+
+    _hosted_evaluator: PolicyEvaluator | None = None
+
+    def evaluate_policy(
+        self,
+        env_config: EnvConfig,
+        actor_spec: ActorSpec,
+        episodes: int,
+        actor_state: dict[str, Any],
+        obs_rms_state: dict[str, Any] | None,
+        observation_clip: float,
+        env_steps: int,
+    ) -> EvaluationResult:
+        """``PolicyEvaluator(env_config, actor_spec, episodes).evaluate(...)`` in this process."""
+        if self._hosted_evaluator is None:
+            self._hosted_evaluator = PolicyEvaluator(env_config, actor_spec, episodes)
+        return self._hosted_evaluator.evaluate(
+            actor_state, obs_rms_state, observation_clip, env_steps
+        )
+
+    def close_hosted_evaluator(self) -> None:
+        if self._hosted_evaluator is not None:
+            self._hosted_evaluator.close()

@@ -5,10 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from drlcli.actors.spec import ActorSpec
 from drlcli.audit import audit_checkpoint
-from drlcli.checkpoint import load_payload
+from drlcli.checkpoint import load_payload, read_checkpoint
 from drlcli.config import load_config
 from drlcli.errors import ConfigError, SemanticsError
+from drlcli.evaluation import PolicyEvaluator
 from drlcli.export import export_onnx
 from drlcli.metrics import read_metrics
 from drlcli.play import load_play_actor, run_episodes
@@ -87,6 +89,13 @@ def test_flash_sac_trains_writes_metrics_and_a_playable_exportable_checkpoint(tw
     assert len(run_episodes(policy, 1, seed=0)) == 1
     exported = export_onnx(config.checkpoint_path, tmp_path / "fs.onnx")
     assert exported.max_abs_error <= 1e-5
+    # The final evaluation (made in learner 0's process) is PolicyEvaluator's.
+    latest = read_checkpoint(config.checkpoint_path)
+    spec = ActorSpec(latest.actor_semantics["builder"], latest.actor_semantics["kwargs"])
+    expected = PolicyEvaluator(config.env, spec, config.evaluation.episodes).evaluate(
+        latest.actor, latest.obs_rms_state, latest.observation_clip, latest.progress.env_steps
+    )
+    assert latest.evaluation == expected.to_dict()
 
 
 def test_flash_sac_resume_restores_learner_state_and_counters(flash_config, trained):

@@ -93,8 +93,8 @@ def test_same_config_and_seed_give_identical_metrics(tiny_config, two_rounds):
     second = load_config(tiny_config("second"))
     evaluators_before = evaluator_processes_started()
     run(tiny_config("second"))
-    # Without periodic evaluation rollout actor 0 evaluated the final policy: no process of
-    # its own was started for it.
+    # Without periodic evaluation a process of the run (PPO: rollout actor 0) evaluated the
+    # final policy: no process of its own was started for it.
     assert evaluator_processes_started() == evaluators_before
     rows_a, rows_b = read_metrics(two_rounds[0].metrics_path), read_metrics(second.metrics_path)
     assert len(rows_a) == 2

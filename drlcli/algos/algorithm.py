@@ -36,10 +36,9 @@ class RoundLoop(Protocol):
 
 @runtime_checkable
 class EvaluationHosting(Protocol):
-    """An optional capability of a round loop: one of its processes can run an evaluation
-    (``evaluate_policy(episodes, actor_state, obs_rms_state, observation_clip, env_steps)``,
-    ``PolicyEvaluator``'s in that process). A run without periodic evaluation then evaluates its
-    final policy there and starts no evaluator process."""
+    """An optional capability of a round loop: one of its processes is an ``EvaluationHost``
+    (``drlcli/evaluation.py``: ``PolicyEvaluator``'s evaluation in that process). A run without
+    periodic evaluation then evaluates its final policy there and starts no evaluator process."""
 
     def evaluation_host(self) -> tuple[Any, str]:
         """``(Ray actor handle, what the process is)``, e.g. ``(rollout actor 0, "rollout

@@ -33,10 +33,11 @@ def evaluator_has_own_process(config: Config, round_loop: type) -> bool:
 
 class EvaluationRunner:
     """The evaluations of a run, in one ``PolicyEvaluator`` of their own Ray actor, or in a
-    process of the round loop (``EvaluationHosting``: PPO's rollout actor 0) when the run has
-    no periodic evaluation and only its final policy is evaluated. Either holds no state between
-    evaluations: when the process dies, Ray restarts it (as often as a rollout actor) and the
-    evaluation is redone.
+    process of the round loop (``EvaluationHosting``: PPO's rollout actor 0, FlashSAC's learner
+    0) when the run has no periodic evaluation and only its final policy is evaluated. An
+    evaluation carries no state: when its process dies and Ray restarts it (the evaluator and a
+    rollout actor, as often as a rollout actor), the evaluation is redone; a learner that dies
+    while it evaluates ends the run in one line, as it would in a round.
 
     Args:
         config: the run (its ``evaluation`` section and its environment).
@@ -139,7 +140,9 @@ class EvaluationRunner:
             checkpoint.progress.env_steps,
         )
         if self.hosted:
-            return self.worker.evaluate_policy.remote(self.config.evaluation.episodes, *weights)
+            return self.worker.evaluate_policy.remote(
+                self.config.env, self.spec, self.config.evaluation.episodes, *weights
+            )
         return self.worker.evaluate.remote(*weights)
 
     def close(self) -> None:

@@ -143,6 +143,11 @@ class FlashSACRoundLoop:
         loads = [w.load_replay_arrays.remote(b) for w, b in zip(self.workers, shares, strict=True)]
         _get(loads, self.roles)
 
+    def evaluation_host(self) -> tuple[Any, str]:
+        """Learner 0 (``EvaluationHost.evaluate_policy``): a run without periodic evaluation
+        evaluates its final policy there (``EvaluationHosting``)."""
+        return self.workers[0], "learner 0"
+
     def close(self) -> None:
         import ray
 

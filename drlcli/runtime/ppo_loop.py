@@ -295,7 +295,7 @@ class PPORoundLoop:
             self.restarts.restarted_unseen(index, answer["process_id"])  # the pid to watch
 
     def evaluation_host(self) -> tuple[Any, str]:
-        """Rollout actor 0 (``MuJoCoActor.evaluate_policy``): a run without periodic evaluation
+        """Rollout actor 0 (``EvaluationHost.evaluate_policy``): a run without periodic evaluation
         evaluates its final policy there (``EvaluationHosting``)."""
         return self.rollout_actors[0], "rollout actor 0"
 

@@ -19,6 +19,7 @@ from drlcli.algos.flash_sac.learner import FlashSACLearner
 from drlcli.algos.flash_sac.params import FlashSACParams
 from drlcli.algos.ppo.learner import Learner
 from drlcli.algos.ppo.params import PPOParams
+from drlcli.evaluation import EvaluationHost
 from drlcli.runtime.ray_session import (
     WorkerDied,
     get_or_raise,
@@ -181,8 +182,9 @@ def form_data_parallel_group(members: list[Any], roles: dict[str, str] | None = 
     )
 
 
-class FlashSACLearnerWorker(DataParallelMember):
-    """One FlashSAC learner in its own process, driving its rollout actors (EnvStepper handles)."""
+class FlashSACLearnerWorker(DataParallelMember, EvaluationHost):
+    """One FlashSAC learner in its own process, driving its rollout actors (EnvStepper handles);
+    learner 0 evaluates a run's final policy when the run has no evaluator (EvaluationHost)."""
 
     def __init__(
         self,

@@ -19,7 +19,7 @@ from drlcli.algos.ppo.networks import ValueNetwork
 from drlcli.algos.ppo.params import PPOParams
 from drlcli.config import EnvConfig
 from drlcli.envs import EnvBatch, rollout_actor_seed
-from drlcli.evaluation import EvaluationResult, PolicyEvaluator
+from drlcli.evaluation import EvaluationHost
 from drlcli.normalization import (
     RewardScaler,
     RmsState,
@@ -29,8 +29,9 @@ from drlcli.normalization import (
 from drlcli.rollout import compute_gae, prepare_action
 
 
-class MuJoCoActor:
-    """Rollout actor ``actor_id``: collects on-policy trajectories for its learner.
+class MuJoCoActor(EvaluationHost):
+    """Rollout actor ``actor_id``: collects on-policy trajectories for its learner (and, as an
+    ``EvaluationHost``, evaluates a run's final policy when the run has no evaluator).
 
     Args:
         actor_id: index of this rollout actor (seeds its environments and sampling noise).
@@ -50,8 +51,6 @@ class MuJoCoActor:
     ) -> None:
         torch.set_num_threads(1)  # small networks: one thread is fastest and deterministic
         self.actor_id = actor_id
-        self.env_config, self.actor_spec = env_config, actor_spec
-        self.evaluator: PolicyEvaluator | None = None  # built by the first evaluate_policy
         self.params = params
         self.seed = rollout_actor_seed(env_config, actor_id)
         torch.manual_seed(self.seed)
@@ -272,23 +271,6 @@ class MuJoCoActor:
         if self.reward_scaler is not None:
             self.reward_scaler.load_state_dict(state)
 
-    def evaluate_policy(
-        self,
-        episodes: int,
-        actor_state: dict[str, Any],
-        obs_rms_state: dict[str, Any] | None,
-        observation_clip: float,
-        env_steps: int,
-    ) -> EvaluationResult:
-        """``PolicyEvaluator.evaluate`` in this process, on the evaluator's own environment and
-        policy copy (the training environments and generators are not touched): a run without
-        periodic evaluation evaluates its final policy here instead of starting a process for
-        it (seconds of CPU, torch's import, for one evaluation)."""
-        if self.evaluator is None:
-            self.evaluator = PolicyEvaluator(self.env_config, self.actor_spec, episodes)
-        return self.evaluator.evaluate(actor_state, obs_rms_state, observation_clip, env_steps)
-
     def close(self) -> None:
         self.envs.close()
-        if self.evaluator is not None:
-            self.evaluator.close()
+        self.close_hosted_evaluator()
