@@ -273,3 +273,22 @@ def test_the_learner_uses_autograd_for_a_custom_actor():
     learner.add(_batch(0))
     _, metrics = learner.train_step(0.0)
     assert np.isfinite(metrics["Loss/policy"])
+
+
+@pytest.mark.parametrize(
+    "missing", ["log_std gradient", "value gradients", "policy gradients", "value layout"]
+)
+def test_closed_form_needs_every_gradient_and_both_networks_dense(missing):
+    actor = GaussianPolicyActor(OBS_DIM, ACTION_DIM, [-1.0] * 3, [1.0] * 3)
+    value = ValueNetwork(OBS_DIM, (64, 64), "tanh")
+    if missing == "value layout":  # a norm layer: not the numpy MLP the closed form runs
+        value.network = nn.Sequential(nn.Linear(OBS_DIM, 8), nn.LayerNorm(8), nn.Linear(8, 1))
+    for p in [*actor.parameters(), *value.parameters()]:
+        p.grad = torch.zeros_like(p)
+    if missing == "log_std gradient":
+        actor.log_std.grad = None
+    elif missing == "value gradients":
+        value.network[0].weight.grad = None
+    elif missing == "policy gradients":
+        actor.mean_network[-1].bias.grad = None
+    assert ClosedFormGradients.for_networks(actor, value) is None

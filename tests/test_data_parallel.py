@@ -226,3 +226,91 @@ def test_learners_agree_only_when_every_one_does(monkeypatch, ours, theirs, agre
     monkeypatch.setattr(data_parallel.dist, "all_reduce", fake.all_reduce)
     group = data_parallel.DataParallelGroup(0, 2)
     assert group.all_agree(bool(ours), torch.device("cpu")) is agreed
+
+
+class RecordedDistributed:
+    """Stands in for the ``torch.distributed`` calls of ``DataParallelGroup.join``, recording
+    them; ``fail`` is raised by the store or the group if given."""
+
+    def __init__(self, fail: Exception | None = None) -> None:
+        self.calls: list[tuple[str, tuple, dict]] = []
+        self.fail = fail
+        self.DistStoreError = torch.distributed.DistStoreError
+
+    def TCPStore(self, *args, **kwargs):
+        self.calls.append(("TCPStore", args, kwargs))
+        if self.fail is not None:
+            raise self.fail
+        return "store from TCPStore"
+
+    def init_process_group(self, *args, **kwargs):
+        self.calls.append(("init_process_group", args, kwargs))
+
+    def barrier(self):
+        self.calls.append(("barrier", (), {}))
+
+
+@pytest.mark.parametrize(
+    ("device", "backend", "device_id"),
+    [(torch.device("cpu"), "gloo", None), (torch.device("cuda", 1), "nccl", "the device")],
+)
+def test_a_learner_joins_through_learner_0s_store_with_the_collective_timeout(
+    monkeypatch, device, backend, device_id
+):
+    import datetime
+
+    from drlcli.algos.flash_sac import data_parallel
+
+    recorded = RecordedDistributed()
+    monkeypatch.setattr(data_parallel, "dist", recorded)
+    group = data_parallel.DataParallelGroup.join(2, 3, "10.0.0.7", 29512, device)
+    assert (group.rank, group.world_size) == (2, 3)
+    assert recorded.calls == [
+        (
+            "TCPStore",
+            ("10.0.0.7", 29512),
+            {
+                "is_master": False,
+                "timeout": datetime.timedelta(seconds=data_parallel.JOIN_TIMEOUT_S),
+            },
+        ),
+        (
+            "init_process_group",
+            (backend,),
+            {
+                "store": "store from TCPStore",
+                "rank": 2,
+                "world_size": 3,
+                "timeout": datetime.timedelta(seconds=data_parallel.COLLECTIVE_TIMEOUT_S),
+                "device_id": device if device_id else None,
+            },
+        ),
+        ("barrier", (), {}),
+    ]
+    recorded.calls.clear()  # learner 0 passes the store it opened: no TCPStore of its own
+    data_parallel.DataParallelGroup.join(0, 3, "10.0.0.7", 29512, device, store="its store")
+    assert [name for name, _, _ in recorded.calls] == ["init_process_group", "barrier"]
+    assert recorded.calls[0][2]["store"] == "its store"
+
+
+@pytest.mark.parametrize(
+    ("error", "shown"),
+    [
+        (RuntimeError("  connection refused\nat some C++ frame  "), "connection refused"),
+        (torch.distributed.DistStoreError("timed out"), "timed out"),
+        (RuntimeError("   "), ""),
+    ],
+)
+def test_a_failed_join_names_the_errors_first_line_and_what_to_check(monkeypatch, error, shown):
+    from drlcli.algos.flash_sac import data_parallel
+    from drlcli.errors import TrainingError
+
+    monkeypatch.setattr(data_parallel, "dist", RecordedDistributed(fail=error))
+    with pytest.raises(TrainingError) as raised:
+        data_parallel.DataParallelGroup.join(1, 2, "127.0.0.1", 29500, torch.device("cpu"))
+    assert str(raised.value) == (
+        f"learner 1 could not join the 2 data-parallel learners at 127.0.0.1:29500 (gloo: "
+        f"{shown}); the nodes must reach each other on any TCP port, and where a node's host "
+        "name resolves to a loopback address set GLOO_SOCKET_IFNAME (CPU) or "
+        "NCCL_SOCKET_IFNAME (GPU) to its network interface"
+    )

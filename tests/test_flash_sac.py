@@ -17,7 +17,11 @@ from torch.distributions.transforms import AffineTransform, TanhTransform
 
 from drlcli.actors.contract import validate_policy_actor
 from drlcli.actors.spec import ActorSpec
-from drlcli.algos.flash_sac.actor import build_flash_sac_actor, truncated_zeta_pmf
+from drlcli.algos.flash_sac.actor import (
+    FlashSACActor,
+    build_flash_sac_actor,
+    truncated_zeta_pmf,
+)
 from drlcli.algos.flash_sac.algorithm import (
     critic_problem,
     flash_sac_actor_spec,
@@ -721,3 +725,44 @@ def test_a_loaded_learner_holds_its_auxiliary_losses_to_the_stored_names():
     older = make_learner(params)  # a state written before the names were stored
     older.load_state_dict({**state, "aux_names": None})
     assert older.aux_names is None
+
+
+def test_the_built_in_flash_sac_actor_has_the_papers_defaults():
+    """128 hidden units, 2 blocks, noise held for zeta(2)-distributed steps of at most 16."""
+    actor = build_flash_sac_actor(3, 2, action_low=[-1.0, -2.0], action_high=[1.0, 2.0])
+    reference = FlashSACActor(3, 2, [-1.0, -2.0], [1.0, 2.0], 128, 2, 2.0, 16)
+    assert actor.mean_head.weight.shape == reference.mean_head.weight.shape
+    assert [name for name, _ in actor.named_parameters()] == [
+        name for name, _ in reference.named_parameters()
+    ]
+    torch.testing.assert_close(actor.zeta_pmf, truncated_zeta_pmf(2.0, 16), rtol=0, atol=0)
+    assert next(actor.parameters()).device.type == "cpu"
+    custom = build_flash_sac_actor(
+        3, 2, action_low=[-1.0] * 2, action_high=[1.0] * 2, noise_zeta_mu=3.0, noise_zeta_max=5
+    )
+    torch.testing.assert_close(custom.zeta_pmf, truncated_zeta_pmf(3.0, 5), rtol=0, atol=0)
+
+
+def test_a_learner_aims_at_the_entropy_of_its_action_box_and_never_trains_the_target():
+    learner = make_learner()
+    # LOW, HIGH = [-1, 0], [1, 4]: half-ranges 1 and 2.
+    expected = target_entropy(2, SMALL.target_sigma, torch.tensor([1.0, 2.0]))
+    assert float(learner.target_entropy) == pytest.approx(float(expected), rel=1e-6)
+    assert not any(p.requires_grad for p in learner.target_critic.parameters())
+    assert all(p.requires_grad for p in learner.critic.parameters())
+
+
+def test_a_learner_defaults_to_seed_0_and_plans_at_least_one_update():
+    from drlcli.algos.flash_sac.learner import cosine_learning_rate
+
+    spec = flash_sac_actor_spec(SMALL, LOW, HIGH)
+    default = FlashSACLearner(spec, 5, 2, LOW, HIGH, SMALL, 0.99, total_updates=100)
+    seeded = make_learner(seed=0)
+    for mine, theirs in zip(default.actor.parameters(), seeded.actor.parameters(), strict=True):
+        assert torch.equal(mine, theirs)
+    params = dataclasses.replace(SMALL, learning_rate=1e-3, learning_rate_end=1e-4)
+    for planned in (0, 1):  # a budget of no update plans one: the schedule ends after it
+        learner = FlashSACLearner(spec, 5, 2, LOW, HIGH, params, 0.99, total_updates=planned)
+        assert learner.total_updates == 1
+        rates = [learner.update(random_batch())["learning_rate"] for _ in range(2)]
+        assert rates == [1e-3, cosine_learning_rate(1e-3, 1e-4, 1.0)]

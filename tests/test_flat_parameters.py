@@ -335,3 +335,19 @@ def test_flattening_refuses_a_state_of_other_parameters_naming_what_differs(chan
     change(state)
     with pytest.raises(ValueError, match=message):
         flatten_optimizer_state(state, flat)
+
+
+def test_flat_parameters_refuse_what_they_cannot_flatten_in_full_sentences():
+    weight = nn.Parameter(torch.zeros(2))
+    cases = [
+        ([], "FlatParameters needs at least one parameter"),
+        ([weight, weight], "FlatParameters: a parameter is listed twice"),
+        (
+            [weight, nn.Parameter(torch.zeros(2, dtype=torch.float64))],
+            "FlatParameters: all parameters must share device and dtype",
+        ),
+    ]
+    for parameters, message in cases:
+        with pytest.raises(ValueError) as error:
+            FlatParameters(parameters)
+        assert str(error.value) == message

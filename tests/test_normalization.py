@@ -175,3 +175,84 @@ def test_scalar_reward_moments_of_older_checkpoints_load_as_one_element_arrays()
     state = scaler.state_dict()
     assert np.shape(state["mean"]) == np.shape(state["var"]) == (1,)  # the checkpoint form
     assert (float(state["mean"][0]), float(state["var"][0]), state["count"]) == (2.0, 3.0, 5.0)
+
+
+def test_batch_moments_are_float64_of_a_one_dimensional_or_float32_batch():
+    samples32 = np.array([[1e4 + 0.1, 1.0], [1e4 + 0.3, 3.0], [1e4 + 0.2, 5.0]], np.float32)
+    moments = compute_batch_moments(samples32)
+    assert moments.mean.dtype == moments.var.dtype == np.float64
+    reference = samples32.astype(np.float64)
+    np.testing.assert_array_equal(moments.mean, reference.mean(axis=0))
+    np.testing.assert_array_equal(moments.var, reference.var(axis=0))
+    flat = compute_batch_moments(np.array([1.0, 2.0, 6.0]))  # [N]: one feature
+    assert flat.mean.shape == (1,) and flat.mean[0] == 3.0 and flat.count == 3.0
+
+
+@pytest.mark.parametrize(
+    ("samples", "message"),
+    [
+        (np.zeros((0, 2)), "compute_batch_moments: empty batch"),
+        (np.array([[0.0, np.nan]]), "compute_batch_moments: batch contains NaN or infinite values"),
+        (np.zeros((2, 2, 2)), "compute_batch_moments: expected [N, obs_dim], got shape (2, 2, 2)"),
+    ],
+)
+def test_batch_moments_refuse_a_bad_batch_saying_what_it_was(samples, message):
+    with pytest.raises(ValueError) as error:
+        compute_batch_moments(samples)
+    assert str(error.value) == message
+
+
+def test_stored_moments_load_as_float64_from_float32_arrays_and_tensors():
+    for stored in (
+        {"mean": np.ones(2, np.float32) / 3, "var": np.ones(2, np.float32) / 7, "count": 3},
+        {"mean": torch.ones(2) / 3, "var": torch.ones(2) / 7, "count": 3.0},
+    ):
+        state = RmsState.from_dict(stored)
+        assert state.mean.dtype == state.var.dtype == np.float64
+        np.testing.assert_array_equal(state.mean, np.asarray(stored["mean"], np.float64))
+        np.testing.assert_array_equal(state.var, np.asarray(stored["var"], np.float64))
+
+
+@pytest.mark.parametrize(
+    ("state", "problem"),
+    [
+        ({"mean": [0.0], "var": [0.0], "count": 0.0}, None),  # no variance, no count: fine
+        ({"mean": [0.0], "var": [1.0], "count": 0.5}, None),
+        ({"mean": ["x"], "var": [1.0], "count": 2}, "is not {mean, var, count}"),
+        ({"mean": [0.0], "var": ["x"], "count": 2}, "is not {mean, var, count}"),
+        ({"mean": [0.0], "var": [1.0, 1.0], "count": 2}, "has the wrong shape or a negative count"),
+        ({"mean": [0.0], "var": [1.0], "count": -1}, "has the wrong shape or a negative count"),
+        (
+            {"mean": [np.inf], "var": [1.0], "count": 2},
+            "has non-finite moments or a negative variance",
+        ),
+        (
+            {"mean": [0.0], "var": [-1e-9], "count": 2},
+            "has non-finite moments or a negative variance",
+        ),
+    ],
+)
+def test_a_stored_reward_scaler_state_is_checked_piece_by_piece(state, problem):
+    from drlcli.normalization import reward_scaler_state_problem
+
+    found = reward_scaler_state_problem(state)
+    if problem is None or problem.startswith("has"):
+        assert found == problem
+    else:
+        assert found.startswith(problem)
+
+
+def test_reward_scaling_of_small_returns_is_bounded_by_their_own_magnitude():
+    """max|G| starts at 0: returns far below return_max are divided by their spread or their
+    own max|G| / return_max, never by a figure from nowhere."""
+    scaler = RewardScaler(num_envs=1, gamma=0.0, return_max=1.0)
+    for _ in range(3):
+        scaler.update(np.array([0.01]), np.array([False]))
+    assert scaler.abs_max == pytest.approx(0.01)
+    assert scaler.divisor() == pytest.approx(0.01)  # max(sqrt(0 + 1e-8), 0.01 / 1)
+
+
+def test_integer_done_flags_end_the_episodes_they_mark_and_no_other():
+    scaler = RewardScaler(num_envs=3, gamma=1.0)
+    scaler.update(np.array([1.0, 2.0, 3.0]), np.array([0, 1, 0]))  # 0/1 flags, not a mask
+    np.testing.assert_array_equal(scaler.discounted_return, [1.0, 0.0, 3.0])

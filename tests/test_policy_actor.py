@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import math
 import random
+import threading
 
 import numpy as np
 import pytest
@@ -285,3 +286,110 @@ def test_a_ppo_learner_refuses_an_actor_without_the_on_policy_method():
     )
     with pytest.raises(PolicyActorContractError, match="which PPO needs"):
         Learner(spec, 3, 1, PPOParams())
+
+
+class _OnPolicyProbe(GaussianPolicyActor):
+    """The built-in actor whose ``log_prob_and_entropy`` answer a test replaces, recording the
+    ``training`` flag forward was called with."""
+
+    def __init__(self, answer=None) -> None:
+        super().__init__(obs_dim=3, action_dim=2, **BOUNDS)
+        self.answer = answer
+        self.training_flags: list[object] = []
+
+    def forward(self, obs, training=True):
+        self.training_flags.append(training)
+        return super().forward(obs, training=training)
+
+    def log_prob_and_entropy(self, obs, actions):
+        log_prob, entropy = super().log_prob_and_entropy(obs, actions)
+        return (log_prob, entropy) if self.answer is None else self.answer(log_prob, entropy)
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        (lambda lp, en: [lp, en], "log_prob_and_entropy must return (log_prob, entropy)"),
+        (lambda lp, en: (lp,), "log_prob_and_entropy must return (log_prob, entropy)"),
+        (lambda lp, en: (lp, en, en), "log_prob_and_entropy must return (log_prob, entropy)"),
+        (
+            lambda lp, en: (lp[:2], en),
+            "log_prob_and_entropy log_prob must be a Tensor of shape [batch]=3, got [2]",
+        ),
+        (
+            lambda lp, en: (lp.tolist(), en),
+            "log_prob_and_entropy log_prob must be a Tensor of shape [batch]=3, got list",
+        ),
+        (
+            lambda lp, en: (lp, en[:, None]),
+            "log_prob_and_entropy entropy must be a Tensor of shape [batch]=3, got [3, 1]",
+        ),
+        (
+            lambda lp, en: (lp, float(en[0])),
+            "log_prob_and_entropy entropy must be a Tensor of shape [batch]=3, got float",
+        ),
+        (
+            lambda lp, en: (lp + 0.1, en),
+            "log_prob_and_entropy(obs, a) must equal forward's info['log_prob'] for forward's "
+            "own actions a (else the first PPO ratio is not 1)",
+        ),
+    ],
+)
+def test_the_on_policy_check_names_the_actor_and_what_it_returned(answer, message):
+    with pytest.raises(PolicyActorContractError) as error:
+        validate_on_policy_actor(_OnPolicyProbe(answer), 3, 2)
+    assert str(error.value) == f"policy actor _OnPolicyProbe: {message}"
+
+
+def test_the_on_policy_check_asks_forward_for_the_deterministic_action():
+    probe = _OnPolicyProbe()
+    validate_on_policy_actor(probe, 3, 2)
+    # The smoke test runs on a deep copy, whose flags are not this list's; an actor holding
+    # a lock cannot be copied, so the check probes it itself:
+    probe.lock = threading.Lock()
+    validate_on_policy_actor(probe, 3, 2)
+    assert probe.training_flags == [False]
+
+
+def _answering_log_prob(log_prob: float, offset: float) -> _OnPolicyProbe:
+    """An actor whose forward reports ``log_prob`` for every sample and whose
+    ``log_prob_and_entropy`` answers ``log_prob + offset``."""
+    actor = _OnPolicyProbe(lambda lp, en: (torch.full_like(lp, log_prob + offset), en))
+    plain_forward = actor.forward
+
+    def forward(obs, training=True):
+        actions, info = plain_forward(obs, training=training)
+        return actions, {**info, "log_prob": torch.full_like(info["log_prob"], log_prob)}
+
+    actor.forward = forward
+    return actor
+
+
+@pytest.mark.parametrize(
+    ("log_prob", "offset", "agrees"),
+    [  # allclose(rtol=1e-4, atol=1e-5): a summation order may move a large log-prob's 5th digit
+        (-300.0, 0.005, True),
+        (-300.0, 0.05, False),
+        (0.0, 5e-6, True),
+        (0.0, 5e-5, False),
+    ],
+)
+def test_the_log_prob_agreement_is_relative_for_large_values_and_absolute_near_zero(
+    log_prob, offset, agrees
+):
+    actor = _answering_log_prob(log_prob, offset)
+    if agrees:
+        validate_on_policy_actor(actor, 3, 2)
+    else:
+        with pytest.raises(PolicyActorContractError, match="must equal forward's"):
+            validate_on_policy_actor(actor, 3, 2)
+
+
+def test_an_actor_without_the_on_policy_method_is_refused_in_full():
+    flash = FlashSACActor(3, 2, [-1.0, -1.0], [1.0, 1.0], hidden_dim=16, num_blocks=1)
+    with pytest.raises(PolicyActorContractError) as error:
+        validate_on_policy_actor(flash, 3, 2)
+    assert str(error.value) == (
+        "policy actor FlashSACActor lacks log_prob_and_entropy(obs, actions), which PPO needs "
+        "(drlcli/actors/contract.py, OnPolicyActor)"
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import numpy as np
 import pytest
@@ -314,26 +315,35 @@ def gae_by_hand(rewards, values, next_values, terminated, truncated, gamma, gae_
     return advantages
 
 
-@pytest.mark.parametrize("normalize_rewards", [False, True])
-def test_advantages_and_returns_are_gae_of_the_replayed_episodes(normalize_rewards):
+# Statistics far from the pendulum's own: a value of an unstandardised observation differs.
+SHIFTED_RMS = {"mean": np.array([0.3, -0.2, 1.0, 0.5]), "var": np.full(4, 0.04), "count": 50.0}
+
+
+@pytest.mark.parametrize(
+    ("normalize_rewards", "obs_rms"), [(False, None), (True, None), (False, SHIFTED_RMS)]
+)
+def test_advantages_and_returns_are_gae_of_the_replayed_episodes(normalize_rewards, obs_rms):
     """The trajectory's advantages and returns against GAE by hand on the rewards, terminations
     and next-state values of the same episodes replayed step by step: the bootstrap from the
-    next step's value (and from the last observation after the last step), the scaled rewards."""
+    next step's value (and from the last observation after the last step, each standardised
+    with the round's statistics), the scaled rewards."""
     steps, gamma, gae_lambda = 40, 0.9, 0.8
     env = dataclasses.replace(ENV, max_episode_steps=15)  # time limits as well as falls
     params = dataclasses.replace(PARAMS, normalize_rewards=normalize_rewards)
     actor = MuJoCoActor(0, env, SPEC, params, gamma)
     state = Learner(SPEC, 4, 1, PARAMS, seed=0).network_state()
     state["value"]["network.4.weight"] = torch.full((1, 16), 5.0)  # values vary with the state
-    trajectory, _ = actor.sample(state, steps, gamma, gae_lambda, None)
+    trajectory, _ = actor.sample(state, steps, gamma, gae_lambda, obs_rms)
     actor.close()
 
     learner = Learner(SPEC, 4, 1, PARAMS, seed=0)
     learner.load_network_state(state)
+    rms = None if obs_rms is None else RmsState.from_dict(obs_rms)
 
     def value(observations):
+        standardised = normalize_observation(observations, rms, PARAMS.observation_clip)
         with torch.no_grad():
-            return learner.value_network(torch.as_tensor(observations, dtype=torch.float32))
+            return learner.value_network(torch.as_tensor(standardised, dtype=torch.float32))
 
     num_envs = env.num_envs
     actions = trajectory["act"].reshape(steps, num_envs, 1)
@@ -696,3 +706,171 @@ def test_a_rollout_actor_without_reward_scaling_carries_no_discounted_returns():
         assert actor.load_state_dict(state)["actor_id"] == 0
     finally:
         actor.close()
+
+
+def test_a_rollout_gives_float32_columns_and_every_episode_it_finished():
+    env = dataclasses.replace(ENV, max_episode_steps=5)  # every env ends an episode often
+    actor = MuJoCoActor(0, env, SPEC, PARAMS, gamma=0.99)
+    try:
+        trajectory, stats = actor.sample(
+            Learner(SPEC, 4, 1, PARAMS, seed=0).network_state(), 40, 0.99, 0.95, None
+        )
+    finally:
+        actor.close()
+    assert {key: value.dtype for key, value in trajectory.items()} == dict.fromkeys(
+        ("obs", "act", "logp", "value", "adv", "ret"), np.float32
+    )
+    assert set(stats) == {
+        "actor_id",
+        "process_id",
+        "episodes",
+        "episode_return_sum",
+        "episode_returns",
+        "episode_len_sum",
+        "obs_rms_moments",
+        "reward_moments",
+    }
+    assert stats["process_id"] == os.getpid()
+    # 40 steps of 2 envs with episodes of at most 5 steps: at least 7 finished per env, each
+    # counted once, at whichever step it ended.
+    assert stats["episodes"] >= 14 and len(stats["episode_returns"]) == stats["episodes"]
+    assert 14 <= stats["episode_len_sum"] <= 80
+    assert stats["episode_len_sum"] >= stats["episodes"]
+    assert stats["reward_moments"] == actor.reward_scaler.state_dict()
+    assert stats["reward_moments"]["count"] == 80
+
+
+def test_without_observation_statistics_a_rollout_keeps_the_raw_observations():
+    params = dataclasses.replace(PARAMS, normalize_observations=False)
+    actor = MuJoCoActor(0, ENV, SPEC, params, gamma=0.99)
+    try:
+        trajectory, stats = actor.sample(
+            Learner(SPEC, 4, 1, params, seed=0).network_state(), 30, 0.99, 0.95, SHIFTED_RMS
+        )
+    finally:
+        actor.close()
+    # The statistics given are not applied: the stored observations are the raw ones.
+    np.testing.assert_allclose(
+        trajectory["obs"].mean(axis=0), stats["obs_rms_moments"]["mean"], rtol=1e-5, atol=1e-6
+    )
+    np.testing.assert_allclose(
+        trajectory["obs"].var(axis=0), stats["obs_rms_moments"]["var"], rtol=1e-4, atol=1e-7
+    )
+
+
+RANGED = EnvConfig(id="tests.range_envs:drltest/Ranged-v0", num_envs=2, seed=1)
+
+
+def ranged_sample(mean: float, low: float, high: float, **params_changes):
+    """One 20-step rollout of ``drltest/Ranged-v0`` (reward ``-|a - centre|``) with ``gamma =
+    lambda = 0``, so each step's return is its (scaled, clipped) reward; the policy's mean
+    sits at ``mean`` with a tiny std."""
+    params = dataclasses.replace(PARAMS, **params_changes)
+    env = dataclasses.replace(RANGED, kwargs={"low": [low], "high": [high]})
+    spec = gaussian_actor_spec(params, [low], [high])
+    actor = MuJoCoActor(0, env, spec, params, gamma=0.0)
+    state = Learner(spec, 3, 1, params, seed=0).network_state()
+    state["actor"]["mean_network.4.weight"] = torch.zeros(1, 16)
+    state["actor"]["mean_network.4.bias"] = torch.tensor([mean])
+    state["actor"]["log_std"] = torch.tensor([-6.0])
+    try:
+        return actor.sample(state, 20, 0.0, 0.0, None)[0]
+    finally:
+        actor.close()
+
+
+@pytest.mark.parametrize(("mean", "clipped_to"), [(-10.0, -1.0), (10.0, 2.0)])
+def test_the_env_steps_with_actions_clipped_to_its_box_on_either_side(mean, clipped_to):
+    trajectory = ranged_sample(mean, -1.0, 2.0, normalize_rewards=False)
+    assert np.abs(trajectory["act"] - mean).max() < 0.1  # stored: the raw sample
+    # The env saw the clipped action: reward -|clipped - centre|, centre 0.5.
+    np.testing.assert_allclose(trajectory["ret"], -abs(clipped_to - 0.5), rtol=1e-3)
+
+
+def test_scaled_rewards_are_clipped_on_both_sides():
+    # Rewards about -1.5 with a spread of a few hundredths: scaled, they are far below -0.5.
+    trajectory = ranged_sample(-1.0, -1.0, 2.0, normalize_rewards=True, reward_clip=0.5)
+    assert trajectory["ret"].min() == pytest.approx(-0.5)
+    assert trajectory["ret"].max() <= 0.5
+
+
+def test_a_rollout_actor_runs_one_torch_thread_and_asks_a_custom_actor_for_samples():
+    threads = torch.get_num_threads()
+    try:
+        actor = MuJoCoActor(0, ENV, shifted_spec(0.0, 3.0), PARAMS, gamma=0.99)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
+    flags = []
+    module_forward = actor.actor.forward
+
+    def forward(obs, training=True):  # the default is not what the rollout actor asks for
+        flags.append(training)
+        return module_forward(obs, training=training)
+
+    actor.actor.forward = forward
+    try:
+        network = Learner(shifted_spec(0.0, 3.0), 4, 1, PARAMS, seed=0).network_state()
+        actor.sample(network, 3, 0.99, 0.95, None)
+    finally:
+        actor.close()
+    assert flags == [False, False, False]  # PPO's sample: forward's own stochastic action
+
+
+def test_rollout_actor_states_hold_their_keys_and_load_discounted_returns_as_float64():
+    actor = MuJoCoActor(0, ENV, SPEC, PARAMS, gamma=0.99)
+    try:
+        warm = actor.warm_up_observations(4)
+        assert set(warm) == {"actor_id", "process_id", "obs_rms_moments"}
+        assert warm["process_id"] == os.getpid() and warm["actor_id"] == 0
+        state = actor.state_dict()
+        assert set(state) == {"actor_id", "envs", "torch_rng", "discounted_return"}
+        state["discounted_return"] = np.array([0.1, 0.2], np.float32)
+        assert actor.load_state_dict(state) == {"actor_id": 0, "process_id": os.getpid()}
+        loaded = actor.reward_scaler.discounted_return
+        assert loaded.dtype == np.float64
+        np.testing.assert_array_equal(loaded, np.array([0.1, 0.2], np.float32).astype(np.float64))
+    finally:
+        actor.close()
+    unscaled = MuJoCoActor(0, ENV, SPEC, dataclasses.replace(PARAMS, normalize_rewards=False), 0.99)
+    try:  # a state with discounted returns loads into a rollout actor without reward scaling
+        assert unscaled.load_state_dict(state)["actor_id"] == 0
+        assert unscaled.reward_scaler is None
+    finally:
+        unscaled.close()
+
+
+def test_advantages_of_a_tiny_spread_are_standardised_by_std_plus_epsilon():
+    from drlcli.algos.ppo.learner import standardize_advantages
+
+    # std (unbiased) = sqrt(2) * 1e-8: (A - mean) / (std + 1e-8) = +-1 / (sqrt(2) + 1).
+    standardised = standardize_advantages(torch.tensor([0.0, 2e-8], dtype=torch.float64))
+    torch.testing.assert_close(
+        standardised, torch.tensor([-1.0, 1.0], dtype=torch.float64) / (2**0.5 + 1)
+    )
+
+
+def test_the_learner_defaults_to_seed_0_the_closed_form_and_cleanrls_fused_adam():
+    params = dataclasses.replace(PARAMS, learning_rate=1.234e-4)
+    default = Learner(SPEC, 4, 1, params)
+    seeded = Learner(SPEC, 4, 1, params, seed=0)
+    for mine, theirs in zip(default.actor.parameters(), seeded.actor.parameters(), strict=True):
+        assert torch.equal(mine, theirs)
+    assert default.closed_form is not None
+    group = default.optimizer.param_groups[0]
+    assert (group["lr"], group["eps"], group["fused"]) == (1.234e-4, 1e-5, True)
+
+
+def test_a_learner_refuses_an_optimiser_state_of_another_layout_in_one_sentence():
+    from drlcli.errors import CheckpointError
+
+    learner = Learner(SPEC, 4, 1, PARAMS, seed=0)
+    state = learner.state_dict()
+    state["optimizer"] = {"state": {}, "param_groups": [{"params": [0, 1]}, {"params": [2]}]}
+    with pytest.raises(CheckpointError) as error:
+        learner.load_state_dict(state)
+    message = str(error.value)
+    assert message.startswith("the checkpoint's optimiser state does not fit this learner (")
+    assert message.endswith(
+        "); it was written by another drl version or network layout: start a new run instead"
+    )

@@ -62,6 +62,37 @@ def test_gae_hand_worked_example():
     np.testing.assert_allclose(returns, expected + values, rtol=1e-12)
 
 
+def test_gae_takes_float_done_flags_and_float32_values():
+    """Flags as 0.0/1.0 floats (some vector envs give them so) mean what the booleans do, and
+    float32 values give the float64 result of the same numbers."""
+    rewards = np.array([[1.0, 0.5], [2.0, 0.5], [3.0, 0.5]])
+    values = np.array([[0.5, 0.1], [1.0, 0.2], [1.5, 0.3]], np.float32)
+    next_values = np.array([[1.0, 0.2], [9.0, 0.3], [2.0, 0.4]], np.float32)
+    terminated = np.array([[0, 0], [1, 0], [0, 0]], dtype=bool)
+    truncated = np.array([[0, 1], [0, 0], [0, 0]], dtype=bool)
+    expected = compute_gae(
+        rewards,
+        values.astype(np.float64),
+        next_values.astype(np.float64),
+        terminated,
+        truncated,
+        0.9,
+        0.5,
+    )
+    found = compute_gae(
+        rewards,
+        values,
+        next_values,
+        terminated.astype(np.float32),
+        truncated.astype(np.float64),
+        0.9,
+        0.5,
+    )
+    for mine, reference in zip(found, expected, strict=True):
+        assert mine.dtype == np.float64
+        np.testing.assert_array_equal(mine, reference)
+
+
 def test_gae_nothing_propagates_across_episode_boundaries():
     rng = np.random.default_rng(0)
     steps, envs = 12, 3
