@@ -11,7 +11,6 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -162,12 +161,6 @@ def build_gaussian_actor(
 ) -> GaussianPolicyActor:
     """Builder of the built-in PPO actor (``drlcli.actors.gaussian:build_gaussian_actor``)."""
     actor = GaussianPolicyActor(
-        obs_dim,
-        action_dim,
-        np.asarray(action_low, dtype=np.float32),
-        np.asarray(action_high, dtype=np.float32),
-        tuple(hidden_sizes),
-        activation,
-        init_log_std,
+        obs_dim, action_dim, action_low, action_high, tuple(hidden_sizes), activation, init_log_std
     )
     return actor.to(device)
