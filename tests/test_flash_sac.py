@@ -766,3 +766,18 @@ def test_a_learner_defaults_to_seed_0_and_plans_at_least_one_update():
         assert learner.total_updates == 1
         rates = [learner.update(random_batch())["learning_rate"] for _ in range(2)]
         assert rates == [1e-3, cosine_learning_rate(1e-3, 1e-4, 1.0)]
+
+
+def test_flash_sac_adam_is_fused_with_a_float_rate_and_graph_ready_only_when_graphed():
+    from drlcli.algos.flash_sac.learner import adam
+
+    weight = torch.nn.Parameter(torch.zeros(3))
+    eager = adam([weight], 1e-3, graphed=False).param_groups[0]
+    assert (eager["lr"], eager["fused"], eager["capturable"]) == (1e-3, True, False)
+    assert type(eager["lr"]) is float  # a checkpoint's optimiser state stays plain numbers
+    graphed = adam([weight], 1e-3, graphed=True).param_groups[0]
+    assert isinstance(graphed["lr"], torch.Tensor) and graphed["lr"].device == weight.device
+    assert float(graphed["lr"]) == pytest.approx(1e-3) and graphed["capturable"]
+    # A device without the fused kernel (meta here) gets torch's default implementation.
+    on_meta = torch.nn.Parameter(torch.zeros(3, device="meta"))
+    assert adam([on_meta], 1e-3, graphed=False).param_groups[0]["fused"] is None

@@ -256,3 +256,13 @@ def test_integer_done_flags_end_the_episodes_they_mark_and_no_other():
     scaler = RewardScaler(num_envs=3, gamma=1.0)
     scaler.update(np.array([1.0, 2.0, 3.0]), np.array([0, 1, 0]))  # 0/1 flags, not a mask
     np.testing.assert_array_equal(scaler.discounted_return, [1.0, 0.0, 3.0])
+
+
+def test_standardising_a_constant_feature_is_finite_and_clipped_on_both_sides():
+    state = RmsState(mean=np.array([0.0, 5.0]), var=np.array([1.0, 0.0]), count=10.0)
+    observation = np.array([[-50.0, 5.0], [50.0, 5.0 + 1e-5]])
+    scaled = normalize_observation(observation, state, clip=10.0)
+    assert scaled.dtype == np.float32
+    np.testing.assert_array_equal(scaled[:, 0], [-10.0, 10.0])  # both clips bind
+    assert scaled[0, 1] == 0.0  # var 0: divided by sqrt(0 + 1e-8), not by a NaN
+    assert scaled[1, 1] == pytest.approx(0.1)  # 1e-5 / 1e-4
