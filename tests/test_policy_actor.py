@@ -260,12 +260,12 @@ def test_the_clip_transform_is_the_runtimes_so_forward_may_leave_the_bounds():
 
 
 def test_ppo_needs_log_prob_and_entropy_consistent_with_forward():
-    validate_on_policy_actor(make_actor(), 3, 2)
+    validate_on_policy_actor(make_actor(), 3)
     flash = FlashSACActor(3, 2, [-1.0, -1.0], [1.0, 1.0], hidden_dim=16, num_blocks=1)
     with pytest.raises(
         PolicyActorContractError, match=r"lacks log_prob_and_entropy\(obs, actions\)"
     ):
-        validate_on_policy_actor(flash, 3, 2)
+        validate_on_policy_actor(flash, 3)
     skewed = make_actor()
     original = skewed.log_prob_and_entropy
     skewed.log_prob_and_entropy = lambda obs, actions: (
@@ -273,7 +273,7 @@ def test_ppo_needs_log_prob_and_entropy_consistent_with_forward():
         original(obs, actions)[1],
     )
     with pytest.raises(PolicyActorContractError, match="must equal forward's info"):
-        validate_on_policy_actor(skewed, 3, 2)
+        validate_on_policy_actor(skewed, 3)
 
 
 def test_a_ppo_learner_refuses_an_actor_without_the_on_policy_method():
@@ -337,17 +337,17 @@ class _OnPolicyProbe(GaussianPolicyActor):
 )
 def test_the_on_policy_check_names_the_actor_and_what_it_returned(answer, message):
     with pytest.raises(PolicyActorContractError) as error:
-        validate_on_policy_actor(_OnPolicyProbe(answer), 3, 2)
+        validate_on_policy_actor(_OnPolicyProbe(answer), 3)
     assert str(error.value) == f"policy actor _OnPolicyProbe: {message}"
 
 
 def test_the_on_policy_check_asks_forward_for_the_deterministic_action():
     probe = _OnPolicyProbe()
-    validate_on_policy_actor(probe, 3, 2)
+    validate_on_policy_actor(probe, 3)
     # The smoke test runs on a deep copy, whose flags are not this list's; an actor holding
     # a lock cannot be copied, so the check probes it itself:
     probe.lock = threading.Lock()
-    validate_on_policy_actor(probe, 3, 2)
+    validate_on_policy_actor(probe, 3)
     assert probe.training_flags == [False]
 
 
@@ -379,16 +379,16 @@ def test_the_log_prob_agreement_is_relative_for_large_values_and_absolute_near_z
 ):
     actor = _answering_log_prob(log_prob, offset)
     if agrees:
-        validate_on_policy_actor(actor, 3, 2)
+        validate_on_policy_actor(actor, 3)
     else:
         with pytest.raises(PolicyActorContractError, match="must equal forward's"):
-            validate_on_policy_actor(actor, 3, 2)
+            validate_on_policy_actor(actor, 3)
 
 
 def test_an_actor_without_the_on_policy_method_is_refused_in_full():
     flash = FlashSACActor(3, 2, [-1.0, -1.0], [1.0, 1.0], hidden_dim=16, num_blocks=1)
     with pytest.raises(PolicyActorContractError) as error:
-        validate_on_policy_actor(flash, 3, 2)
+        validate_on_policy_actor(flash, 3)
     assert str(error.value) == (
         "policy actor FlashSACActor lacks log_prob_and_entropy(obs, actions), which PPO needs "
         "(drlcli/actors/contract.py, OnPolicyActor)"

@@ -118,7 +118,7 @@ def validate_policy_actor(
         _smoke(probe, name, obs_dim, action_dim, bounds)
 
 
-def validate_on_policy_actor(actor: Any, obs_dim: int, action_dim: int) -> None:
+def validate_on_policy_actor(actor: Any, obs_dim: int) -> None:
     """Check what an on-policy learner (PPO) needs beyond the contract (``OnPolicyActor``):
     ``log_prob_and_entropy`` exists, returns ``[B]`` tensors, and gives forward's own log-prob
     for forward's actions. Leaves no trace, as ``validate_policy_actor``.

@@ -89,7 +89,7 @@ def check_actor(actor: Any, obs_dim: int, action_dim: int) -> None:
     """PPO's learner calls ``log_prob_and_entropy`` (``OnPolicyActor`` in the contract)."""
     from drlcli.actors.contract import validate_on_policy_actor
 
-    validate_on_policy_actor(actor, obs_dim, action_dim)
+    validate_on_policy_actor(actor, obs_dim)
 
 
 def ppo_memory_needs(params: PPOParams, shape: RunShape) -> list[MemoryNeed]:

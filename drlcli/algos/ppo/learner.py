@@ -113,7 +113,7 @@ class Learner:
         self.params = params
         self.device = torch.device(device)
         self.actor = build_policy_actor(actor_spec, obs_dim, action_dim, self.device)
-        validate_on_policy_actor(self.actor, obs_dim, action_dim)
+        validate_on_policy_actor(self.actor, obs_dim)
         self.value_network = ValueNetwork(
             obs_dim, params.value_network_hidden_sizes, params.activation
         ).to(self.device)

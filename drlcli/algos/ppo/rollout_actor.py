@@ -60,7 +60,7 @@ class MuJoCoActor(EvaluationHost):
         self.actor = build_policy_actor(
             actor_spec, facts.obs_dim, facts.action_dim, "cpu", facts.action_low, facts.action_high
         )
-        validate_on_policy_actor(self.actor, facts.obs_dim, facts.action_dim)
+        validate_on_policy_actor(self.actor, facts.obs_dim)
         self.value_network = ValueNetwork(
             facts.obs_dim, params.value_network_hidden_sizes, params.activation
         )
