@@ -393,3 +393,131 @@ def test_an_actor_without_the_on_policy_method_is_refused_in_full():
         "policy actor FlashSACActor lacks log_prob_and_entropy(obs, actions), which PPO needs "
         "(drlcli/actors/contract.py, OnPolicyActor)"
     )
+
+
+class _Broken(FlashSACActor):
+    """The built-in FlashSAC actor with one piece answering wrongly (``breaks``), and the
+    arguments its ``explore`` was called with recorded."""
+
+    action_transform_id = "tanh_affine"
+
+    def __init__(self, breaks: str) -> None:
+        super().__init__(3, 2, [-1.0, -1.0], [1.0, 1.0], hidden_dim=8, num_blocks=1)
+        self.breaks = breaks
+        self.explore_calls: list[dict] = []
+
+    def forward(self, obs, training=False):
+        self.inside_forward = True  # forward's own get_mean_and_std call answers rightly
+        try:
+            actions, info = super().forward(obs, training=training)
+        finally:
+            self.inside_forward = False
+        if self.breaks == "forward list":
+            return [actions, info]
+        if self.breaks == "forward info list":
+            return actions, [info]
+        if self.breaks == "forward triple":
+            return actions, info, None
+        if self.breaks == "training forward shape" and training:
+            return actions[:, :1], info
+        if self.breaks == "training forward bounds" and training:
+            return actions * 0 + 5.0, info
+        return actions, info
+
+    def get_mean_and_std(self, obs):
+        mean, std = super().get_mean_and_std(obs)
+        if getattr(self, "inside_forward", False):
+            return mean, std
+        return {
+            "mean_std list": [mean, std],
+            "mean_std single": (mean,),
+            "mean shape": (mean[:, :1], std),
+            "std shape": (mean, std[:, :1]),
+        }.get(self.breaks, (mean, std))
+
+    def explore(self, obs, dones=None, deterministic=False):
+        self.explore_calls.append({"dones": dones, "deterministic": deterministic})
+        actions = super().explore(obs, dones=dones, deterministic=deterministic)
+        if deterministic and self.breaks == "deterministic shape":
+            return actions[:, :1]
+        if deterministic and self.breaks == "deterministic bounds":
+            return actions * 0 - 5.0
+        return actions
+
+
+@pytest.mark.parametrize(
+    ("breaks", "message"),
+    [
+        ("forward list", "forward(obs, training) must return (actions, info dict)"),
+        ("forward info list", "forward(obs, training) must return (actions, info dict)"),
+        ("forward triple", "forward(obs, training) must return (actions, info dict)"),
+        (
+            "training forward shape",
+            "forward(training=True) actions must be a Tensor of shape [3, 2], got [3, 1]",
+        ),
+        (
+            "training forward bounds",
+            "forward(training=True) returned action 5 in dimension 0, outside the "
+            "environment's action_high 1; its action transform must map into the bounds",
+        ),
+        ("mean_std list", "get_mean_and_std(obs) must return (mean, std)"),
+        ("mean_std single", "get_mean_and_std(obs) must return (mean, std)"),
+        ("mean shape", "get_mean_and_std mean must be a Tensor of shape [3, 2], got [3, 1]"),
+        ("std shape", "get_mean_and_std std must be a Tensor of shape [3, 2], got [3, 1]"),
+        (
+            "deterministic shape",
+            "explore(deterministic=True) must be a Tensor of shape [3, 2], got [3, 1]",
+        ),
+        (
+            "deterministic bounds",
+            "explore(deterministic=True) returned action -5 in dimension 0, outside the "
+            "environment's action_low -1; its action transform must map into the bounds",
+        ),
+    ],
+)
+def test_each_wrong_piece_of_an_actor_is_named_in_full(breaks, message):
+    with pytest.raises(PolicyActorContractError) as error:
+        validate_policy_actor(_Broken(breaks), 3, 2, [-1.0, -1.0], [1.0, 1.0])
+    assert str(error.value) == f"policy actor _Broken: {message}"
+
+
+def test_the_smoke_test_explores_with_bool_dones_of_the_batch():
+    actor = _Broken("nothing")
+    actor.lock = threading.Lock()  # not copyable: probed in place, so its records are seen
+    validate_policy_actor(actor, 3, 2, [-1.0, -1.0], [1.0, 1.0])
+    assert [call["deterministic"] for call in actor.explore_calls] == [True, False]
+    for call in actor.explore_calls:
+        assert call["dones"].dtype == torch.bool and tuple(call["dones"].shape) == (3,)
+        assert not call["dones"].any()
+
+
+def _bounds(low, high):
+    return torch.tensor(low), torch.tensor(high)
+
+
+def test_the_bounds_check_allows_a_relative_slack_and_names_the_worst_action():
+    from drlcli.actors.contract import BOUNDS_TOLERANCE, _check_bounds
+
+    # Slack 1e-5 * (1 + max|bound|): about 0.01 at 1000, 1e-5 at 0.
+    _check_bounds("a", "w", torch.tensor([[1000.005]]), _bounds([-1000.0], [1000.0]))
+    with pytest.raises(PolicyActorContractError):
+        _check_bounds("a", "w", torch.tensor([[1000.02]]), _bounds([-1000.0], [1000.0]))
+    with pytest.raises(PolicyActorContractError):
+        _check_bounds("a", "w", torch.tensor([[1.5e-5]]), _bounds([0.0], [0.0]))
+    # Exactly at a bound plus its slack is inside.
+    low, high = _bounds([-1.0], [1.0])
+    slack = BOUNDS_TOLERANCE * (1.0 + torch.maximum(low.abs(), high.abs()))
+    _check_bounds("a", "w", (low - slack)[None], (low, high))
+    _check_bounds("a", "w", (high + slack)[None], (low, high))
+    # Three samples of two dimensions: the second dimension's lowest sample is reported.
+    actions = torch.tensor([[0.0, 0.5], [0.2, -1.5], [0.1, -1.2]])
+    with pytest.raises(PolicyActorContractError) as error:
+        _check_bounds("A", "explore", actions, _bounds([-1.0, -1.0], [1.0, 1.0]))
+    assert str(error.value) == (
+        "policy actor A: explore returned action -1.5 in dimension 1, outside the environment's "
+        "action_low -1; its action transform must map into the bounds"
+    )
+    # A violation in the third sample of the first dimension (rows are samples).
+    actions = torch.tensor([[0.0, 0.0], [0.0, 0.0], [1.7, 0.0]])
+    with pytest.raises(PolicyActorContractError, match="action 1.7 in dimension 0"):
+        _check_bounds("A", "explore", actions, _bounds([-1.0, -1.0], [1.0, 1.0]))

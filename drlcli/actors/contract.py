@@ -302,7 +302,8 @@ def _check_bounds(
     for index in range(actions.shape[-1]):
         if below[index] or above[index]:
             side, bound = ("low", low) if below[index] else ("high", high)
-            worst = actions[:, index].min() if below[index] else actions[:, index].max()
+            column = actions[:, index].detach()
+            worst = column.min() if below[index] else column.max()
             raise PolicyActorContractError(
                 f"policy actor {name}: {what} returned action {float(worst):.4g} in dimension "
                 f"{index}, outside the environment's action_{side} {float(bound[index]):.4g}; "
