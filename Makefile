@@ -31,10 +31,8 @@ $(PAGE): web/package.json web/package-lock.json web/build.mjs $(wildcard web/src
 demo: setup
 	$(BIN)/drl train quickstart
 
-# Two pytest workers (TEST_JOBS), each with its own Ray session; a module's tests stay on one
-# worker (tests/conftest.py groups them), so a module's shared trained run is trained once.
 test: setup
-	$(BIN)/python -m pytest -n $${TEST_JOBS:-2} --dist loadgroup
+	$(BIN)/python -m pytest
 	@if [ -d web/node_modules ]; then cd web && npm test --silent; fi
 
 # The edit-test loop: the tests that need neither Ray nor a subprocess (a test that starts a
@@ -60,7 +58,7 @@ test-latest: $(PAGE)
 	$(LATEST)/bin/python -m pip install --quiet --upgrade pip
 	$(LATEST)/bin/python -m pip install --quiet -e ".[dev]" -e examples/twin_encoder_actor
 	$(LATEST)/bin/python -m pip freeze | grep -i -E "^(torch|numpy|gymnasium|mujoco|ray|onnx|onnxruntime)=="
-	$(LATEST)/bin/python -m pytest -n $${TEST_JOBS:-2} --dist loadgroup
+	$(LATEST)/bin/python -m pytest
 
 lint: setup
 	$(BIN)/ruff check drlcli tests scripts examples

@@ -15,23 +15,12 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 FAST_ONLY = os.environ.get("DRL_TEST_FAST") == "1"  # make test-fast
 
 
-# Modules whose tests count the Ray processes left on the machine (`drl train`'s own local
-# Ray) or start `ray start` clusters, whose daemons would look like leftovers to the others:
-# under `pytest -n` (make test) they share one worker, one test at a time.
-MACHINE_WIDE_RAY_MODULES = {"test_train_command", "test_cluster"}
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test that uses the shared Ray session is marked ``ray``: ``-m "not ray"`` (and
-    ``make test-fast``) leaves them out without each module having to say so. Each test is
-    grouped with its module for ``pytest -n --dist loadgroup``: a module's tests share a worker,
-    so a module-scoped trained run is trained once."""
+    ``make test-fast``) leaves them out without each module having to say so."""
     for item in items:
         if "ray_cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.ray)
-        module = item.module.__name__.rpartition(".")[2] if item.module else item.nodeid
-        group = "machine_wide_ray" if module in MACHINE_WIDE_RAY_MODULES else module
-        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(autouse=FAST_ONLY)
