@@ -37,7 +37,7 @@ from drlcli.algos.flash_sac.learner import (
 from drlcli.algos.flash_sac.params import ActorConfig, FlashSACParams
 from drlcli.algos.flash_sac.replay import TransitionReplay
 from drlcli.config import config_from_dict
-from drlcli.errors import ConfigError, TrainingError
+from drlcli.errors import ConfigError, PolicyActorContractError, TrainingError
 
 LOW, HIGH = [-1.0, 0.0], [1.0, 4.0]  # a non-symmetric range: the affine part matters
 SMALL = FlashSACParams(
@@ -781,3 +781,32 @@ def test_flash_sac_adam_is_fused_with_a_float_rate_and_graph_ready_only_when_gra
     # A device without the fused kernel (meta here) gets torch's default implementation.
     on_meta = torch.nn.Parameter(torch.zeros(3, device="meta"))
     assert adam([on_meta], 1e-3, graphed=False).param_groups[0]["fused"] is None
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "side"),
+    [([-5.0, -5.0], [1.0, 4.0], "action_low"), ([-1.0, 0.0], [5.0, 9.0], "action_high")],
+)
+def test_a_learner_refuses_an_actor_whose_actions_leave_the_environments_box(low, high, side):
+    """The custom actor's own box is wider than the env's (LOW, HIGH) on one side."""
+    spec = ActorSpec("tests.custom_actors:build", {"action_low": low, "action_high": high})
+    with pytest.raises(PolicyActorContractError, match=f"outside the environment's {side}"):
+        FlashSACLearner(spec, 5, 2, LOW, HIGH, SMALL, 0.99, total_updates=10)
+
+
+def test_replay_sampling_defaults_to_seed_0_and_forward_to_evaluation_mode():
+    def filled(**seed):
+        replay = TransitionReplay(64, 2, 1, **seed)
+        for step in range(64):
+            value = np.full((1, 2), float(step), np.float32)
+            replay.add(value, np.zeros((1, 1), np.float32), np.zeros(1), value, np.zeros(1, bool))
+        return replay
+
+    cpu = torch.device("cpu")
+    first = filled().sample(8, 1.0, cpu)["obs"]
+    assert torch.equal(first, filled(seed=0).sample(8, 1.0, cpu)["obs"])
+    assert not torch.equal(first, filled(seed=1).sample(8, 1.0, cpu)["obs"])
+    actor = make_actor()
+    actor.train(True)
+    actor(torch.zeros(4, 5))  # no training flag: a deterministic-mode (BatchNorm) forward
+    assert actor.training is False

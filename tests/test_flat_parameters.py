@@ -351,3 +351,28 @@ def test_flat_parameters_refuse_what_they_cannot_flatten_in_full_sentences():
         with pytest.raises(ValueError) as error:
             FlatParameters(parameters)
         assert str(error.value) == message
+
+
+def test_a_parameter_that_starts_right_after_the_flat_buffer_is_not_a_view_of_it():
+    """The buffers are half-open ranges: a tensor starting at ``values``' end byte (as one
+    placed just after it in the same allocation would) lives outside."""
+    weight, bias = nn.Parameter(torch.zeros(4)), nn.Parameter(torch.zeros(2))
+    flat = FlatParameters([weight, bias])
+    flat.zero_grad()
+    assert flat.check_views()
+    for buffer in ("values", "grads"):
+        allocation = torch.zeros(getattr(flat, buffer).numel() + 2)
+        original = getattr(flat, buffer)
+        allocation[: original.numel()] = original
+        setattr(flat, buffer, allocation[: original.numel()])
+        after = allocation[original.numel() :]
+        if buffer == "values":
+            bias.data = after
+            weight.data = allocation[:4]
+        else:
+            bias.grad = after
+            weight.grad = allocation[:4]
+        assert not flat.check_views(), buffer
+        flat = FlatParameters([weight, bias])  # a fresh, consistent pair for the next case
+        flat.zero_grad()
+        assert flat.check_views()
