@@ -708,15 +708,20 @@ def test_a_rollout_actor_without_reward_scaling_carries_no_discounted_returns():
         actor.close()
 
 
-def test_a_rollout_gives_float32_columns_and_every_episode_it_finished():
-    env = dataclasses.replace(ENV, max_episode_steps=5)  # every env ends an episode often
-    actor = MuJoCoActor(0, env, SPEC, PARAMS, gamma=0.99)
+def one_rollout(env, params, steps, obs_rms=None):
+    """``(trajectory, stats, the reward scaler)`` of one ``steps``-step sample of a fresh
+    rollout actor with a fresh learner's networks."""
+    actor = MuJoCoActor(0, env, SPEC, params, gamma=0.99)
     try:
-        trajectory, stats = actor.sample(
-            Learner(SPEC, 4, 1, PARAMS, seed=0).network_state(), 40, 0.99, 0.95, None
-        )
+        network = Learner(SPEC, 4, 1, params, seed=0).network_state()
+        return (*actor.sample(network, steps, 0.99, 0.95, obs_rms), actor.reward_scaler)
     finally:
         actor.close()
+
+
+def test_a_rollout_gives_float32_columns_and_every_episode_it_finished():
+    env = dataclasses.replace(ENV, max_episode_steps=5)  # every env ends an episode often
+    trajectory, stats, reward_scaler = one_rollout(env, PARAMS, 40)
     assert {key: value.dtype for key, value in trajectory.items()} == dict.fromkeys(
         ("obs", "act", "logp", "value", "adv", "ret"), np.float32
     )
@@ -736,19 +741,13 @@ def test_a_rollout_gives_float32_columns_and_every_episode_it_finished():
     assert stats["episodes"] >= 14 and len(stats["episode_returns"]) == stats["episodes"]
     assert 14 <= stats["episode_len_sum"] <= 80
     assert stats["episode_len_sum"] >= stats["episodes"]
-    assert stats["reward_moments"] == actor.reward_scaler.state_dict()
+    assert stats["reward_moments"] == reward_scaler.state_dict()
     assert stats["reward_moments"]["count"] == 80
 
 
 def test_without_observation_statistics_a_rollout_keeps_the_raw_observations():
     params = dataclasses.replace(PARAMS, normalize_observations=False)
-    actor = MuJoCoActor(0, ENV, SPEC, params, gamma=0.99)
-    try:
-        trajectory, stats = actor.sample(
-            Learner(SPEC, 4, 1, params, seed=0).network_state(), 30, 0.99, 0.95, SHIFTED_RMS
-        )
-    finally:
-        actor.close()
+    trajectory, stats, _ = one_rollout(ENV, params, 30, SHIFTED_RMS)
     # The statistics given are not applied: the stored observations are the raw ones.
     np.testing.assert_allclose(
         trajectory["obs"].mean(axis=0), stats["obs_rms_moments"]["mean"], rtol=1e-5, atol=1e-6
