@@ -122,3 +122,40 @@ def build_shifted_gaussian(
         obs_dim, action_dim, low, high, (8,), "tanh", init_log_std, shift=shift
     )
     return actor.to(device)
+
+
+class OffsetGaussianActor(GaussianPolicyActor):
+    """The built-in PPO actor with its own (plain) layers whose samples and log-probabilities
+    are those of its mean moved by ``offset``: a subclass that changes the maths outside the
+    mean network, which a rollout actor must run as its own module."""
+
+    def __init__(self, *args: Any, offset: float) -> None:
+        super().__init__(*args)
+        self.offset = offset
+
+    def forward(self, obs: torch.Tensor, training: bool = False) -> tuple[torch.Tensor, dict]:
+        mean = self.mean_network(obs) + self.offset
+        actions = mean + torch.exp(self.log_std) * torch.randn_like(mean)
+        info = {"log_prob": self._log_prob(actions, mean), "entropy": self._entropy(len(obs))}
+        return actions, info
+
+    def log_prob_and_entropy(
+        self, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        mean = self.mean_network(obs) + self.offset
+        return self._log_prob(actions, mean), self._entropy(len(obs))
+
+
+def build_offset_gaussian(
+    obs_dim: int,
+    action_dim: int,
+    device: Any = "cpu",
+    *,
+    action_low: list[float],
+    action_high: list[float],
+    offset: float,
+) -> OffsetGaussianActor:
+    actor = OffsetGaussianActor(
+        obs_dim, action_dim, action_low, action_high, (8,), "tanh", -3.0, offset=offset
+    )
+    return actor.to(device)

@@ -810,3 +810,24 @@ def test_replay_sampling_defaults_to_seed_0_and_forward_to_evaluation_mode():
     actor.train(True)
     actor(torch.zeros(4, 5))  # no training flag: a deterministic-mode (BatchNorm) forward
     assert actor.training is False
+
+
+def test_load_moments_moves_every_tensor_step_past_parameters_without_state():
+    from drlcli.algos.flash_sac.learner import adam, load_moments
+
+    def pair():
+        return [torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(3))]
+
+    saved_parameters = pair()
+    saved = adam(saved_parameters, 1e-3, graphed=False)
+    saved_parameters[1].grad = torch.ones(3)  # the first parameter never gets a gradient
+    saved.step()
+    state = saved.state_dict()
+    assert 0 not in state["state"]
+    state["state"][1]["step"] = torch.tensor(3.0, dtype=torch.float64)  # another writer's dtype
+    parameters = pair()
+    optimizer = adam(parameters, 1e-3, graphed=False)
+    load_moments(optimizer, state)
+    assert parameters[0] not in optimizer.state
+    step = optimizer.state[parameters[1]]["step"]
+    assert step.dtype == torch.float32 and float(step) == 3.0

@@ -422,6 +422,8 @@ class _Broken(FlashSACActor):
             return actions[:, :1], info
         if self.breaks == "training forward bounds" and training:
             return actions * 0 + 5.0, info
+        if self.breaks == "forward nan":
+            return actions * float("nan"), info
         return actions, info
 
     def get_mean_and_std(self, obs):
@@ -442,6 +444,8 @@ class _Broken(FlashSACActor):
             return actions[:, :1]
         if deterministic and self.breaks == "deterministic bounds":
             return actions * 0 - 5.0
+        if not deterministic and self.breaks == "stochastic shape":
+            return actions[:, :1]
         return actions
 
 
@@ -460,6 +464,7 @@ class _Broken(FlashSACActor):
             "forward(training=True) returned action 5 in dimension 0, outside the "
             "environment's action_high 1; its action transform must map into the bounds",
         ),
+        ("forward nan", "forward(training=False) actions is not finite"),
         ("mean_std list", "get_mean_and_std(obs) must return (mean, std)"),
         ("mean_std single", "get_mean_and_std(obs) must return (mean, std)"),
         ("mean shape", "get_mean_and_std mean must be a Tensor of shape [3, 2], got [3, 1]"),
@@ -467,6 +472,10 @@ class _Broken(FlashSACActor):
         (
             "deterministic shape",
             "explore(deterministic=True) must be a Tensor of shape [3, 2], got [3, 1]",
+        ),
+        (
+            "stochastic shape",
+            "explore(deterministic=False) must be a Tensor of shape [3, 2], got [3, 1]",
         ),
         (
             "deterministic bounds",
@@ -517,7 +526,24 @@ def test_the_bounds_check_allows_a_relative_slack_and_names_the_worst_action():
         "policy actor A: explore returned action -1.5 in dimension 1, outside the environment's "
         "action_low -1; its action transform must map into the bounds"
     )
-    # A violation in the third sample of the first dimension (rows are samples).
-    actions = torch.tensor([[0.0, 0.0], [0.0, 0.0], [1.7, 0.0]])
-    with pytest.raises(PolicyActorContractError, match="action 1.7 in dimension 0"):
+
+
+def test_the_gaussian_explores_with_its_mean_plus_std_times_torchs_noise():
+    actor = make_actor(init_log_std=-0.5)
+    obs = torch.randn(6, 3)
+    torch.manual_seed(11)
+    explored = actor.explore(obs)
+    torch.manual_seed(11)
+    with torch.no_grad():
+        mean = actor.mean_network(obs)
+        expected = actor.transform(mean + math.exp(-0.5) * torch.randn_like(mean))
+    torch.testing.assert_close(explored, expected)
+
+
+@pytest.mark.parametrize("value", [-1.7, 1.7])
+def test_a_bound_violation_in_a_later_sample_is_found_in_its_dimension(value):
+    from drlcli.actors.contract import _check_bounds
+
+    actions = torch.tensor([[0.0, 0.0], [0.0, 0.0], [value, 0.0]])  # rows are samples
+    with pytest.raises(PolicyActorContractError, match=f"action {value:g} in dimension 0"):
         _check_bounds("A", "explore", actions, _bounds([-1.0, -1.0], [1.0, 1.0]))

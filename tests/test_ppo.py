@@ -873,3 +873,18 @@ def test_a_learner_refuses_an_optimiser_state_of_another_layout_in_one_sentence(
     assert message.endswith(
         "); it was written by another drl version or network layout: start a new run instead"
     )
+
+
+def test_a_subclass_with_the_built_in_layers_but_its_own_sampling_samples_as_its_module():
+    from drlcli.actors.spec import ActorSpec
+
+    kwargs = {"action_low": [-3.0], "action_high": [3.0], "offset": 2.0}
+    spec = ActorSpec("tests.custom_actors:build_offset_gaussian", kwargs)
+    actor = MuJoCoActor(0, ENV, spec, PARAMS, gamma=0.99)
+    try:
+        network = Learner(spec, 4, 1, PARAMS, seed=0).network_state()
+        trajectory, _ = actor.sample(network, 20, 0.99, 0.95, None)
+    finally:
+        actor.close()
+    # Its mean network is a plain Sequential, but its forward adds the offset.
+    assert abs(float(trajectory["act"].mean()) - 2.0) < 0.5
