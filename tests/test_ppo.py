@@ -677,15 +677,25 @@ def shifted_spec(shift: float, bound: float):
     return ActorSpec("tests.custom_actors:build_shifted_gaussian", kwargs)
 
 
-def test_a_subclass_of_the_built_in_actor_samples_as_its_own_module():
-    spec = shifted_spec(2.0, 3.0)
+def offset_spec(offset: float):
+    from drlcli.actors.spec import ActorSpec
+
+    kwargs = {"action_low": [-3.0], "action_high": [3.0], "offset": offset}
+    return ActorSpec("tests.custom_actors:build_offset_gaussian", kwargs)
+
+
+# A mean network the numpy copy cannot run (shifted), and a plain one whose forward adds an
+# offset outside it: either way the subclass's own forward must sample.
+@pytest.mark.parametrize("make_spec", [lambda: shifted_spec(2.0, 3.0), lambda: offset_spec(2.0)])
+def test_a_subclass_of_the_built_in_actor_samples_as_its_own_module(make_spec):
+    spec = make_spec()
     actor = MuJoCoActor(0, ENV, spec, PARAMS, gamma=0.99)
     try:
         network = Learner(spec, 4, 1, PARAMS, seed=0).network_state()
         trajectory, _ = actor.sample(network, 20, 0.99, 0.95, None)
     finally:
         actor.close()
-    # Its own forward: the shifted mean (a copy of the built-in's layers would give about 0).
+    # Its own forward: the moved mean (a copy of the built-in's layers would give about 0).
     assert abs(float(trajectory["act"].mean()) - 2.0) < 0.5
 
 
@@ -873,18 +883,3 @@ def test_a_learner_refuses_an_optimiser_state_of_another_layout_in_one_sentence(
     assert message.endswith(
         "); it was written by another drl version or network layout: start a new run instead"
     )
-
-
-def test_a_subclass_with_the_built_in_layers_but_its_own_sampling_samples_as_its_module():
-    from drlcli.actors.spec import ActorSpec
-
-    kwargs = {"action_low": [-3.0], "action_high": [3.0], "offset": 2.0}
-    spec = ActorSpec("tests.custom_actors:build_offset_gaussian", kwargs)
-    actor = MuJoCoActor(0, ENV, spec, PARAMS, gamma=0.99)
-    try:
-        network = Learner(spec, 4, 1, PARAMS, seed=0).network_state()
-        trajectory, _ = actor.sample(network, 20, 0.99, 0.95, None)
-    finally:
-        actor.close()
-    # Its mean network is a plain Sequential, but its forward adds the offset.
-    assert abs(float(trajectory["act"].mean()) - 2.0) < 0.5
