@@ -25,14 +25,6 @@ class EnvFacts:
     action_low: np.ndarray  # [action_dim] float64
     action_high: np.ndarray  # [action_dim] float64
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.env_id,
-            "observation_shape": [self.obs_dim],
-            "action_low": self.action_low.tolist(),
-            "action_high": self.action_high.tolist(),
-        }
-
 
 def env_module(env_id: str) -> str | None:
     """The module an id of the form ``module:Task-v0`` names (``gymnasium.make`` imports it to
@@ -169,6 +161,8 @@ class EnvBatch:
         self.obs = np.stack(
             [env.reset(seed=self.seed + index)[0] for index, env in enumerate(self.envs)]
         ).astype(np.float64)
+        if not np.isfinite(self.obs).all():
+            raise TrainingError(f"{self.facts.env_id} reset to a non-finite observation")
 
     @classmethod
     def for_rollout_actor(cls, env_config: EnvConfig, actor_id: int) -> EnvBatch:

@@ -45,6 +45,7 @@ class FlatParameters:
         with torch.no_grad():
             self.values = torch.cat([p.detach().reshape(-1) for p in self.parameters])
         self.grads = torch.zeros_like(self.values)
+        self._fused_kernel_fits = True  # until the kernel refuses adam_step's arguments
         # The optimiser steps this tensor; its gradient is the flat gradient buffer.
         self.values.grad = self.grads
         offset = 0
@@ -83,14 +84,16 @@ class FlatParameters:
         """``optimizer.step()`` of a fused Adam over :attr:`values`, bit for bit, without the
         optimiser's Python dispatch (about 75 us of a 85 us step on CPU, where PPO makes 320
         steps a round): its own ``torch._fused_adam_`` kernel on its own state. The first step
-        (which creates the state), another Adam variant, a tensor learning rate or a torch
-        without that kernel go through ``optimizer.step()``.
+        (which creates the state), another Adam variant, a tensor learning rate, a torch
+        without that kernel or one whose kernel refuses these arguments (a private signature
+        may change: then every later step too) go through ``optimizer.step()``.
         """
         group = optimizer.param_groups[0]
         state = optimizer.state.get(self.values)
         if (
             not state
             or _FUSED_ADAM is None
+            or not self._fused_kernel_fits
             or not group.get("fused")
             or len(optimizer.param_groups) != 1
             or len(group["params"]) != 1
@@ -106,24 +109,29 @@ class FlatParameters:
             return
         beta1, beta2 = group["betas"]
         with torch.no_grad():
-            state["step"] += 1
-            _FUSED_ADAM(
-                [self.values],
-                [self.grads],
-                [state["exp_avg"]],
-                [state["exp_avg_sq"]],
-                [],
-                [state["step"]],
-                amsgrad=False,
-                lr=group["lr"],
-                beta1=float(beta1),
-                beta2=float(beta2),
-                weight_decay=0.0,
-                eps=group["eps"],
-                maximize=False,
-                grad_scale=None,
-                found_inf=None,
-            )
+            state["step"] += 1  # before the kernel, which reads it for the bias corrections
+            try:
+                _FUSED_ADAM(
+                    [self.values],
+                    [self.grads],
+                    [state["exp_avg"]],
+                    [state["exp_avg_sq"]],
+                    [],
+                    [state["step"]],
+                    amsgrad=False,
+                    lr=group["lr"],
+                    beta1=float(beta1),
+                    beta2=float(beta2),
+                    weight_decay=0.0,
+                    eps=group["eps"],
+                    maximize=False,
+                    grad_scale=None,
+                    found_inf=None,
+                )
+            except TypeError:  # the arguments are bound before the kernel touches a tensor
+                state["step"] -= 1
+                self._fused_kernel_fits = False
+                optimizer.step()
 
     def check_views(self) -> bool:
         """Whether every parameter and gradient still lives in the flat buffers."""

@@ -17,9 +17,10 @@ class TrainingTopology:
     """The resolved layout of one training run.
 
     Attributes:
-        num_learners: learner processes; their parameters are averaged every
-            ``param_sync_interval`` rounds.
-        actors_per_learner: rollout actors (MuJoCoActor) feeding each learner.
+        num_learners: learner processes: PPO averages their parameters every
+            ``param_sync_interval`` rounds, FlashSAC's average their gradients every update.
+        actors_per_learner: rollout actors feeding each learner (PPO's MuJoCoActor, FlashSAC's
+            EnvStepper).
         learner_device: ``"cuda"``, ``"mps"`` or ``"cpu"``.
         requested_learners: ``num_gpus`` of the config, for reporting a reduction.
     """
@@ -35,11 +36,12 @@ class TrainingTopology:
         return self.num_learners * self.actors_per_learner
 
     def learner_of_actor(self, actor_index: int) -> int:
-        """The learner whose parameters rollout actor ``actor_index`` samples with."""
+        """The learner rollout actor ``actor_index`` feeds (and, in PPO, samples with the
+        parameters of)."""
         return actor_index // self.actors_per_learner
 
     def actors_of_learner(self, learner_index: int) -> list[int]:
-        """The rollout actors sampling with learner ``learner_index``'s parameters, in order."""
+        """The rollout actors feeding learner ``learner_index``, in order."""
         start = learner_index * self.actors_per_learner
         return list(range(start, start + self.actors_per_learner))
 

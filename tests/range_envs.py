@@ -42,7 +42,8 @@ NAN_ENV_ID = "drltest/NaNAfter-v0"
 
 
 class NaNAfterEnv(gymnasium.Env):
-    """Emits a NaN observation or reward from its ``after``-th step on (a broken simulator)."""
+    """Emits a NaN observation or reward from its ``after``-th step on (a broken simulator), or
+    with ``what: reset`` a NaN first observation."""
 
     metadata = {"render_modes": []}
 
@@ -53,7 +54,10 @@ class NaNAfterEnv(gymnasium.Env):
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
-        return self.np_random.normal(size=3), {}
+        obs = self.np_random.normal(size=3)
+        if self.what == "reset":
+            obs[2] = np.nan
+        return obs, {}
 
     def step(self, action):
         self.steps += 1
@@ -101,7 +105,10 @@ class _AtStepEnv(gymnasium.Env):
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
-        return self.np_random.normal(size=3), {}
+        obs = self.np_random.normal(size=3)
+        if self.what == "reset":
+            obs[2] = np.nan
+        return obs, {}
 
     def step(self, action):
         self.steps += 1
@@ -150,7 +157,10 @@ class ImprovingEnv(gymnasium.Env):
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
-        return self.np_random.normal(size=3), {}
+        obs = self.np_random.normal(size=3)
+        if self.what == "reset":
+            obs[2] = np.nan
+        return obs, {}
 
     def step(self, action):
         self.steps += 1

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from drlcli.envs import EnvBatch, make_env
-from drlcli.errors import EnvironmentSpecError
+from drlcli.errors import EnvironmentSpecError, TrainingError
 
 
 def test_make_env_refuses_unknown_ids_and_unsupported_spaces():
@@ -47,6 +47,16 @@ def test_env_batch_resets_finished_episodes_in_the_same_step():
     assert not np.allclose(result.final_obs, result.next_obs)
     np.testing.assert_array_equal(batch.obs, result.next_obs)
     batch.close()
+
+
+@pytest.mark.parametrize(("what", "message"), [("reset", "reset to"), ("obs", "returned")])
+def test_env_batch_refuses_a_non_finite_first_or_stepped_observation(what, message):
+    import tests.range_envs  # noqa: F401  (registers the task)
+
+    env_id = tests.range_envs.NAN_ENV_ID
+    with pytest.raises(TrainingError, match=f"^{env_id} {message} a non-finite observation$"):
+        batch = EnvBatch(env_id, num_envs=2, seed=0, env_kwargs={"after": 1, "what": what})
+        batch.step(np.zeros((2, 1)))
 
 
 @pytest.mark.subprocess

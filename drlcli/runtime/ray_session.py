@@ -178,10 +178,6 @@ def worker_error(error: Exception, roles: Mapping[str, str] | None = None) -> Dr
             return cause
         if isinstance(cause, ray.exceptions.RayError):  # a worker's own Ray call failed
             return worker_error(cause, roles)
-        if isinstance(cause, ValueError) and "NaN or infinite" in str(cause):
-            return TrainingError(
-                "the environment returned NaN or infinite observations; check the task"
-            )
         first_line = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
         return TrainingError(f"a training worker failed: {type(cause).__name__}: {first_line}")
     if not isinstance(error, ray.exceptions.RayActorError):

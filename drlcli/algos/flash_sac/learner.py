@@ -64,10 +64,11 @@ def load_moments(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> Non
     ``Optimizer.load_state_dict`` also copies every saved param-group field: a checkpoint
     written on a CPU (``capturable=False``, a float ``lr``) and resumed on a GPU with the CUDA
     graph could not be captured, and one written by a graphed learner would bring back its
-    device ``lr`` tensor where this learner holds a float. The groups keep what this learner
-    made (the same objects: a captured graph reads the ``lr`` tensor), and each ``step`` counter
-    goes where these settings want it: beside its parameter for a capturable or fused Adam,
-    on the CPU otherwise.
+    device ``lr`` tensor where this learner holds a float. ``load_state_dict`` makes new group
+    dicts; each gets this learner's settings back, the very ``lr`` tensor object included
+    (``_set_learning_rates`` fills it in place, and a graph captured after the load reads it).
+    Each ``step`` counter goes where these settings want it: beside its parameter for a
+    capturable or fused Adam, on the CPU otherwise.
     """
     settings = [
         {key: value for key, value in group.items() if key != "params"}
