@@ -20,6 +20,7 @@ from drlcli import __version__
 from drlcli.actors.memory import describe_memory, format_bytes, tensor_bytes
 from drlcli.actors.spec import BUILDER_PATTERN, ActorSpec, builtin_tensor_shapes
 from drlcli.checkpoint import (
+    CONTENT_HASH,
     Checkpoint,
     check_content_hash,
     check_fits,
@@ -114,7 +115,7 @@ def read_verified_checkpoint(path: str | Path) -> Checkpoint:
     payload = load_payload(path)
     failed = [check for check in audit_checkpoint(path, payload).checks if check.status == FAIL]
     if any(check.name == "content hash" for check in failed):
-        raise corrupted_error(path)
+        raise corrupted_error(path, payload)
     # The commonest faults first, with their own errors: fields, then the actor semantics.
     checkpoint = Checkpoint.from_payload(payload, source=str(path))
     validate_actor_semantics(checkpoint.actor_semantics, source=str(path))
@@ -297,8 +298,6 @@ def _check_learner_states(payload: dict) -> str:
 def _check_inference_memory(payload: dict) -> str:
     checkpoint = _record(payload)
     declared = checkpoint.inference_memory
-    if declared is None:
-        raise _Warned("not recorded (written by a drl before checkpoints recorded it)")
     stored = tensor_bytes(checkpoint.actor)
     if stored > sum(declared.values()):
         raise _Failed(
@@ -312,7 +311,7 @@ def _check_inference_memory(payload: dict) -> str:
 def _check_evaluation(payload: dict) -> str:
     evaluation = _record(payload).evaluation
     if evaluation is None:
-        return "none recorded (a checkpoint written mid-run, or by an older drl)"
+        return "none recorded (a checkpoint written mid-run)"
     return (
         f"return {evaluation['return_mean']:.1f} ± {evaluation['return_std']:.1f} over "
         f"{evaluation['episodes']} deterministic episodes, weights of env step "
@@ -321,10 +320,9 @@ def _check_evaluation(payload: dict) -> str:
 
 
 def _check_content_hash(payload: dict) -> str:
-    matches = check_content_hash(payload)
-    if matches is None:
-        raise _Warned("no content hash (written by a drl before checkpoints carried one)")
-    if not matches:
+    if payload.get(CONTENT_HASH) is None:
+        raise _Failed("no content hash; drl writes one into every checkpoint")
+    if not check_content_hash(payload):
         raise _Failed(
             "contents do not match the content hash written with them: the file was corrupted "
             "after it was written"

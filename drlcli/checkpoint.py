@@ -52,7 +52,7 @@ class RunProgress:
     wall_time_s: float = 0.0
     best_return: float | None = None
     # What best_return measures: BEST_BY_EVALUATION (the deterministic evaluation's mean
-    # return) or BEST_BY_TRAINING_RETURN (a round's mean training return; older files).
+    # return) or BEST_BY_TRAINING_RETURN (a round's mean training return).
     best_criterion: str = BEST_BY_TRAINING_RETURN
 
 
@@ -126,8 +126,7 @@ class Checkpoint:
         observation_clip: clip of standardised observations.
         versions: library versions that wrote it.
         inference_memory: the bytes per category the actor declared it needs to start
-            inference (``inference_startup_memory_categories``); None in checkpoints written
-            before drl recorded it.
+            inference (``inference_startup_memory_categories``).
         evaluation: the deterministic evaluation of these weights (``EvaluationResult
             .to_dict()``), when one ran: every final checkpoint, best ones chosen by it.
     """
@@ -142,7 +141,7 @@ class Checkpoint:
     obs_rms_state: dict[str, Any] | None = None
     observation_clip: float = DEFAULT_OBSERVATION_CLIP
     versions: dict[str, str] = field(default_factory=current_versions)
-    inference_memory: dict[str, int] | None = None
+    inference_memory: dict[str, int] = field(default_factory=dict)
     evaluation: dict[str, Any] | None = None
 
     @property
@@ -187,11 +186,13 @@ class Checkpoint:
         env = _field(payload, "env", dict, source)
         progress = _field(payload, "progress", dict, source)
         try:
-            check_env_kwargs(env.get("kwargs", {}), "env.kwargs")  # absent in older checkpoints
+            check_env_kwargs(env["kwargs"], "env.kwargs")
+        except KeyError:
+            raise CheckpointError(f"{source}: checkpoint env entry lacks 'kwargs'") from None
         except ConfigError as error:
             raise CheckpointError(f"{source}: checkpoint {error}") from None
         try:
-            max_steps = env.get("max_episode_steps")
+            max_steps = env["max_episode_steps"]
             if max_steps is not None and (type(max_steps) is not int or max_steps < 1):
                 raise ValueError(f"max_episode_steps must be a positive int, got {max_steps!r}")
             env_record = EnvRecord(
@@ -200,11 +201,10 @@ class Checkpoint:
                 action_low=[float(x) for x in env["action_low"]],
                 action_high=[float(x) for x in env["action_high"]],
                 max_episode_steps=max_steps,
-                kwargs=dict(env.get("kwargs", {})),
+                kwargs=dict(env["kwargs"]),
             )
-            names = [f.name for f in dataclasses.fields(RunProgress)]
-            counters = RunProgress(  # a missing counter is a KeyError, but for later ones
-                **{n: progress[n] for n in names if n in progress or n not in _LATER_PROGRESS}
+            counters = RunProgress(
+                **{f.name: progress[f.name] for f in dataclasses.fields(RunProgress)}
             )
         except (KeyError, TypeError, ValueError) as error:
             raise CheckpointError(
@@ -226,13 +226,13 @@ class Checkpoint:
             obs_rms_state=obs_rms,
             observation_clip=_observation_clip(payload, source),
             versions=_field(payload, "versions", dict, source),
-            inference_memory=_inference_memory(payload.get("inference_memory"), source),
+            inference_memory=_inference_memory(payload, source),
             evaluation=_evaluation(payload.get("evaluation"), source),
         )
 
 
 def _observation_clip(payload: Mapping[str, Any], source: str) -> float:
-    clip = payload.get("observation_clip", DEFAULT_OBSERVATION_CLIP)
+    clip = payload.get("observation_clip")
     if isinstance(clip, bool) or not isinstance(clip, (int, float)) or not clip > 0:
         raise CheckpointError(
             f"{source}: checkpoint 'observation_clip' must be a positive number, got {clip!r}"
@@ -240,8 +240,6 @@ def _observation_clip(payload: Mapping[str, Any], source: str) -> float:
     return float(clip)
 
 
-# Progress counters later drl versions added: older checkpoints take the defaults.
-_LATER_PROGRESS = frozenset({"best_criterion"})
 EVALUATION_FIELDS = ("env_steps", "episodes", "return_mean", "return_std", "episode_length_mean")
 
 
@@ -258,10 +256,9 @@ def _evaluation(value: Any, source: str) -> dict[str, Any] | None:
     return dict(value)
 
 
-def _inference_memory(value: Any, source: str) -> dict[str, int] | None:
-    if value is None:
-        return None
-    if not isinstance(value, dict) or not all(
+def _inference_memory(payload: Mapping[str, Any], source: str) -> dict[str, int]:
+    value = _field(payload, "inference_memory", dict, source)
+    if not all(
         isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0
         for k, v in value.items()
     ):
@@ -382,11 +379,12 @@ def content_hash(payload: Mapping[str, Any]) -> str:
     return digest.hexdigest()
 
 
-def check_content_hash(payload: Mapping[str, Any]) -> bool | None:
-    """Whether the payload matches its stored hash; None when it has none (older files)."""
+def check_content_hash(payload: Mapping[str, Any]) -> bool:
+    """Whether the payload matches the hash stored with it (False also when none is: drl
+    writes one into every checkpoint)."""
     stored = payload.get(CONTENT_HASH)
     if stored is None:
-        return None
+        return False
     contents = {key: value for key, value in payload.items() if key != CONTENT_HASH}
     return stored == content_hash(contents)
 
@@ -399,12 +397,18 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
             (corrupted after writing); a field missing or of the wrong type.
     """
     payload = load_payload(path)
-    if check_content_hash(payload) is False:
-        raise corrupted_error(path)
+    if not check_content_hash(payload):
+        raise corrupted_error(path, payload)
     return Checkpoint.from_payload(payload, source=str(path))
 
 
-def corrupted_error(path: str | Path) -> CheckpointError:
+def corrupted_error(path: str | Path, payload: Mapping[str, Any]) -> CheckpointError:
+    """The error of a payload ``check_content_hash`` refuses."""
+    if payload.get(CONTENT_HASH) is None:
+        return CheckpointError(
+            f"{path}: carries no content hash, which drl writes into every checkpoint: the file "
+            "is damaged or was not written by drl; use another checkpoint"
+        )
     return CheckpointError(
         f"{path}: corrupted: its contents do not match the content hash written with it (a "
         "changed byte, a damaged copy); use another checkpoint"

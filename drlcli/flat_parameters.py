@@ -149,39 +149,23 @@ class FlatParameters:
         return True
 
 
-def flatten_optimizer_state(state: dict[str, Any], flat: FlatParameters) -> dict[str, Any]:
-    """An optimiser ``state_dict`` over ``flat``'s parameters one by one, as one over
-    ``flat.values``: per-parameter buffers (Adam's moments) are concatenated in the same order,
-    scalar entries (the step count) taken from the first parameter. A state already over one
-    tensor is returned unchanged.
+def check_flat_optimizer_state(state: dict[str, Any], flat: FlatParameters) -> None:
+    """Check that an optimiser ``state_dict`` is one over ``flat.values`` (one group of one
+    tensor, its buffers of that size): ``Optimizer.load_state_dict`` compares only the group
+    sizes, and a moment of another size would fail only at the next step.
 
     Raises:
-        ValueError: the state does not describe these parameters (count or sizes differ).
+        ValueError: naming what differs.
     """
     groups = state["param_groups"]
     indices = [index for group in groups for index in group["params"]]
-    if len(indices) == 1:
-        return state
-    if len(groups) != 1 or len(indices) != len(flat.parameters):
+    if len(groups) != 1 or len(indices) != 1:
         raise ValueError(
-            f"{len(indices)} parameter tensors in {len(groups)} groups, "
-            f"expected {len(flat.parameters)} in one"
+            f"{len(indices)} parameter tensors in {len(groups)} groups, expected 1 in one"
         )
-    per_parameter = [state["state"].get(index, {}) for index in indices]
-    merged: dict[str, torch.Tensor] = {}
-    for key in per_parameter[0]:
-        values = [entry[key] for entry in per_parameter]
-        if values[0].dim() == 0:
-            merged[key] = values[0].clone()
-            continue
-        for value, parameter in zip(values, flat.parameters, strict=True):
-            if value.shape != parameter.shape:
-                raise ValueError(
-                    f"{key} of shape {tuple(value.shape)} for a parameter of shape "
-                    f"{tuple(parameter.shape)}"
-                )
-        merged[key] = torch.cat([value.reshape(-1) for value in values])
-    return {
-        "state": {0: merged} if merged else {},
-        "param_groups": [{**groups[0], "params": [0]}],
-    }
+    for key, value in state["state"].get(indices[0], {}).items():
+        if isinstance(value, torch.Tensor) and value.dim() and value.shape != flat.values.shape:
+            raise ValueError(
+                f"{key} of shape {tuple(value.shape)} for parameters of shape "
+                f"{tuple(flat.values.shape)}"
+            )

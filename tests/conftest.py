@@ -109,7 +109,8 @@ def ppo_checkpoint_payload():
     from drlcli.checkpoint import RunProgress
     from drlcli.config import config_from_dict
     from drlcli.envs import env_facts, make_env
-    from drlcli.runtime.training import ProbedActor, build_checkpoint
+    from drlcli.runtime.checkpointing import build_checkpoint
+    from drlcli.runtime.probe import ProbedActor
 
     config = config_from_dict(
         {"env": {"id": "InvertedPendulum-v5"}, "algo_params": {"hidden_sizes": [8, 8]}},

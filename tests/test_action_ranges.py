@@ -23,7 +23,8 @@ from drlcli.config import config_from_dict
 from drlcli.envs import env_facts, make_env
 from drlcli.export import export_onnx
 from drlcli.play import load_play_actor
-from drlcli.runtime.training import ProbedActor, build_checkpoint
+from drlcli.runtime.checkpointing import build_checkpoint
+from drlcli.runtime.probe import ProbedActor
 from tests.range_envs import ENV_ID
 
 RANGES = {"symmetric": ([-0.4, -0.4], [0.4, 0.4]), "asymmetric": ([0.0, 0.0], [2.0, 2.0])}

@@ -358,23 +358,63 @@ def test_resume_accepts_reward_scalers_that_are_null_or_moments(tmp_path, checkp
     assert stored.learner_states[0]["reward_scalers"][0]["count"] == 8.0
 
 
-def test_checkpoints_from_before_evaluation_and_memory_records_still_read(checkpoint_file):
+@pytest.mark.parametrize(
+    ("remove", "message"),
+    [
+        (
+            lambda p: p["progress"].pop("best_criterion"),
+            "checkpoint env or progress entry is malformed (KeyError('best_criterion'))",
+        ),
+        (
+            lambda p: p["progress"].pop("round"),
+            "checkpoint env or progress entry is malformed (KeyError('round'))",
+        ),
+        (
+            lambda p: p["env"].pop("max_episode_steps"),
+            "checkpoint env or progress entry is malformed (KeyError('max_episode_steps'))",
+        ),
+        (lambda p: p["env"].pop("kwargs"), "checkpoint env entry lacks 'kwargs'"),
+        (lambda p: p.pop("inference_memory"), "checkpoint lacks 'inference_memory'"),
+        (
+            lambda p: p.pop("observation_clip"),
+            "checkpoint 'observation_clip' must be a positive number, got None",
+        ),
+    ],
+    ids=["best_criterion", "round", "max_episode_steps", "kwargs", "inference_memory", "clip"],
+)
+def test_every_field_drl_writes_is_required(checkpoint_file, remove, message):
+    """Format version 1 has always carried these fields: a file without one is not drl's."""
     from drlcli.checkpoint import read_checkpoint
 
-    def older(payload):
-        del payload["progress"]["best_criterion"]
-        del payload["inference_memory"]
-        del payload["evaluation"]
+    path = checkpoint_file(remove)
+    with pytest.raises(CheckpointError) as error:
+        read_checkpoint(path)
+    assert str(error.value) == f"{path}: {message}"
 
-    checkpoint = read_checkpoint(checkpoint_file(older))
-    assert checkpoint.progress.best_criterion == "training return"
-    assert checkpoint.inference_memory is None and checkpoint.evaluation is None
 
-    def no_round(payload):
-        del payload["progress"]["round"]
+def test_a_checkpoint_without_evaluation_reads_and_one_without_content_hash_is_refused(
+    checkpoint_file, tmp_path
+):
+    from drlcli.audit import audit_checkpoint
+    from drlcli.checkpoint import CONTENT_HASH, read_checkpoint
 
-    with pytest.raises(CheckpointError, match="progress entry is malformed"):
-        read_checkpoint(checkpoint_file(no_round, name="broken.pt"))
+    def mid_run(payload):
+        payload["evaluation"] = None  # a checkpoint of a round, not the end of a run
+
+    assert read_checkpoint(checkpoint_file(mid_run)).evaluation is None
+    path = checkpoint_file()
+    payload = torch.load(path, weights_only=True)
+    del payload[CONTENT_HASH]
+    torch.save(payload, path)
+    with pytest.raises(CheckpointError) as error:
+        read_checkpoint(path)
+    assert str(error.value) == (
+        f"{path}: carries no content hash, which drl writes into every checkpoint: the file is "
+        "damaged or was not written by drl; use another checkpoint"
+    )
+    checks = {check.name: check for check in audit_checkpoint(path).checks}
+    assert checks["content hash"].status == "FAIL"
+    assert checks["content hash"].detail == "no content hash; drl writes one into every checkpoint"
 
 
 def test_changed_bytes_are_reported_as_corruption_never_read_silently(checkpoint_file):

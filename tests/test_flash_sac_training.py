@@ -144,7 +144,7 @@ def test_replay_buffer_is_saved_and_restored_only_when_asked(flash_config, train
     import numpy as np
 
     from drlcli.errors import CheckpointError, UsageError
-    from drlcli.runtime.training import replay_path
+    from drlcli.runtime.checkpointing import replay_path
 
     config = trained("plain")
     assert not replay_path(config.checkpoint_path).exists()
@@ -208,7 +208,7 @@ def test_resume_under_another_learner_count_keeps_the_runs_totals(flash_config, 
     out; the replay buffers pooled and dealt out, none dropped or duplicated."""
     import numpy as np
 
-    from drlcli.runtime.training import replay_path
+    from drlcli.runtime.checkpointing import replay_path
 
     config = load_config(flash_config("switch", total=320, extra=SAVE_REPLAY + before))
     run(flash_config("switch", total=320, extra=SAVE_REPLAY + before))

@@ -260,89 +260,46 @@ def test_learner_optimizer_state_round_trips_and_a_foreign_one_is_refused():
         fresh.load_state_dict({**state, "optimizer": per_tensor})
 
 
-def test_a_per_tensor_optimizer_state_is_flattened_on_load():
-    """Checkpoints written before the flat layout held one Adam entry per parameter tensor."""
-    learner = _filled_learner()
-    parameters = learner.flat.parameters
-    per_tensor = torch.optim.Adam(parameters, lr=1e-3, eps=1e-5)
-    for step in range(3):
-        learner.flat.zero_grad()
-        loss = sum((p * (step + 1)).square().sum() for p in parameters)
-        loss.backward()
-        per_tensor.step()
-    networks = learner.network_state()
-    learner.load_state_dict({**networks, "optimizer": per_tensor.state_dict()})
-    loaded = learner.optimizer.state[learner.flat.values]
-    for key in ("exp_avg", "exp_avg_sq"):
-        expected = torch.cat([per_tensor.state[p][key].reshape(-1) for p in parameters])
-        assert torch.equal(loaded[key], expected)
-    assert float(loaded["step"]) == 3.0
-    assert learner.optimizer.param_groups[0]["lr"] == 1e-3
-
-    wrong_shapes = per_tensor.state_dict()
-    wrong_shapes["state"][0]["exp_avg"] = torch.zeros(7)
-    with pytest.raises(CheckpointError, match="shape"):
-        learner.load_state_dict({**networks, "optimizer": wrong_shapes})
-
-
-def _per_tensor_state(parameters, steps):
-    """An Adam ``state_dict`` over ``parameters`` one by one with the given step counts (a
-    missing step: no state for that parameter, as for one that never had a gradient)."""
-    state = {}
-    for index, (parameter, step) in enumerate(zip(parameters, steps, strict=True)):
-        if step is not None:
-            state[index] = {
-                "step": torch.tensor(float(step)),
-                "exp_avg": torch.full_like(parameter, float(index + 1)),
-                "exp_avg_sq": torch.full_like(parameter, float(index + 10)),
-            }
-    group = {"lr": 1e-3, "params": list(range(len(parameters)))}
-    return {"state": state, "param_groups": [group]}
-
-
-def test_flattening_takes_the_first_parameters_step_and_concatenates_the_moments_in_order():
-    from drlcli.flat_parameters import flatten_optimizer_state
-
-    model = _model()
-    flat = FlatParameters(list(model.parameters()))
-    merged = flatten_optimizer_state(_per_tensor_state(flat.parameters, [3, 2, 2, 2]), flat)
-    assert merged["param_groups"] == [{"lr": 1e-3, "params": [0]}]
-    entry = merged["state"][0]
-    assert float(entry["step"]) == 3.0  # the first parameter's, as documented
-    sizes = [p.numel() for p in flat.parameters]
-    expected = torch.cat([torch.full((n,), float(i + 1)) for i, n in enumerate(sizes)])
-    assert torch.equal(entry["exp_avg"], expected)
-    assert entry["exp_avg_sq"][0] == 10.0 and entry["exp_avg_sq"][-1] == 13.0
-
-
-def test_flattening_a_state_without_moments_gives_a_fresh_optimiser_state():
-    from drlcli.flat_parameters import flatten_optimizer_state
-
-    flat = FlatParameters(list(_model().parameters()))
-    merged = flatten_optimizer_state(_per_tensor_state(flat.parameters, [None] * 4), flat)
-    assert merged["state"] == {}
-    single = {"state": {}, "param_groups": [{"lr": 1.0, "params": [0]}]}
-    assert flatten_optimizer_state(single, flat) is single  # already over one tensor
-
-
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda s: s["param_groups"][0]["params"].pop(), r"^3 parameter tensors in 1 groups, "),
         (
-            lambda s: s["state"][1].update(exp_avg=torch.zeros(2)),
-            r"^exp_avg of shape \(2,\) for a parameter of shape \(16,\)$",
+            lambda s: s["param_groups"][0]["params"].append(1),
+            r"^2 parameter tensors in 1 groups, expected 1 in one$",
+        ),
+        (
+            lambda s: s["param_groups"].append({**s["param_groups"][0], "params": []}),
+            r"^1 parameter tensors in 2 groups, expected 1 in one$",
+        ),
+        (
+            lambda s: s["state"][0].update(exp_avg_sq=torch.zeros(7)),
+            r"^exp_avg_sq of shape \(7,\) for parameters of shape \(\d+,\)$",
         ),
     ],
 )
-def test_flattening_refuses_a_state_of_other_parameters_naming_what_differs(change, message):
-    from drlcli.flat_parameters import flatten_optimizer_state
+def test_a_learner_refuses_an_optimiser_state_not_over_its_flat_parameters(change, message):
+    """``Optimizer.load_state_dict`` compares only group sizes: a moment of another size would
+    load and fail at the next step, mid-run."""
+    from drlcli.flat_parameters import check_flat_optimizer_state
+
+    learner = _filled_learner()
+    learner.train_step(0.0)
+    state = copy.deepcopy(learner.state_dict())
+    check_flat_optimizer_state(state["optimizer"], learner.flat)  # its own fits
+    change(state["optimizer"])
+    with pytest.raises(ValueError, match=message):
+        check_flat_optimizer_state(state["optimizer"], learner.flat)
+    with pytest.raises(CheckpointError, match="optimiser state does not fit"):
+        learner.load_state_dict(state)
+
+
+def test_a_fresh_optimiser_state_over_the_flat_parameters_fits():
+    from drlcli.flat_parameters import check_flat_optimizer_state
 
     flat = FlatParameters(list(_model().parameters()))
-    state = _per_tensor_state(flat.parameters, [1, 1, 1, 1])
-    change(state)
-    with pytest.raises(ValueError, match=message):
-        flatten_optimizer_state(state, flat)
+    check_flat_optimizer_state({"state": {}, "param_groups": [{"lr": 1.0, "params": [0]}]}, flat)
+    step_only = {"state": {0: {"step": torch.tensor(3.0)}}, "param_groups": [{"params": [0]}]}
+    check_flat_optimizer_state(step_only, flat)  # a 0-dim entry has no size to compare
 
 
 def test_flat_parameters_refuse_what_they_cannot_flatten_in_full_sentences():

@@ -214,7 +214,7 @@ def load_like_the_processes(config_path: Path, checkpoint_path: Path) -> None:
     from drlcli.envs import env_facts, make_env
     from drlcli.errors import DrlError
     from drlcli.runtime.parameter_server import ParameterServer
-    from drlcli.runtime.training import probe_actor
+    from drlcli.runtime.probe import probe_actor
 
     config = load_config(config_path)
     checkpoint = read_verified_checkpoint(checkpoint_path)

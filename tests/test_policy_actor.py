@@ -446,7 +446,34 @@ class _Broken(FlashSACActor):
             return actions * 0 - 5.0
         if not deterministic and self.breaks == "stochastic shape":
             return actions[:, :1]
+        if not deterministic and self.breaks == "stochastic bounds":
+            return actions * 0 + 5.0
+        if deterministic and self.breaks.startswith("zero"):
+            return actions * 0
         return actions
+
+    def as_export_module(self):
+        exported = super().as_export_module()
+        if self.breaks == "export not a module":
+            return lambda obs: exported(obs)
+        change = {
+            "export shape": lambda actions: actions[:, :1],
+            "export bounds": lambda actions: actions * 0 + 5.0,
+            "zero, export off by 1e-3": lambda actions: actions * 0 + 1e-3,
+            "zero, export off by 5e-7": lambda actions: actions * 0 + 5e-7,
+        }.get(self.breaks)
+        return exported if change is None else _Changed(exported, change)
+
+
+class _Changed(nn.Module):
+    """An export module whose actions ``change`` alters."""
+
+    def __init__(self, module: nn.Module, change) -> None:
+        super().__init__()
+        self.module, self.change = module, change
+
+    def forward(self, obs):
+        return self.change(self.module(obs))
 
 
 @pytest.mark.parametrize(
@@ -481,6 +508,26 @@ class _Broken(FlashSACActor):
             "deterministic bounds",
             "explore(deterministic=True) returned action -5 in dimension 0, outside the "
             "environment's action_low -1; its action transform must map into the bounds",
+        ),
+        (
+            "stochastic bounds",
+            "explore(deterministic=False) returned action 5 in dimension 0, outside the "
+            "environment's action_high 1; its action transform must map into the bounds",
+        ),
+        ("export not a module", "as_export_module() must return an nn.Module"),
+        (
+            "export shape",
+            "as_export_module()(obs) must be a Tensor of shape [3, 2], got [3, 1]",
+        ),
+        (
+            "export bounds",
+            "as_export_module()(obs) returned action 5 in dimension 0, outside the "
+            "environment's action_high 1; its action transform must map into the bounds",
+        ),
+        (
+            "zero, export off by 1e-3",
+            "as_export_module() and explore(deterministic=True) must both return "
+            "transform(mean); they differ",
         ),
     ],
 )
@@ -547,3 +594,94 @@ def test_a_bound_violation_in_a_later_sample_is_found_in_its_dimension(value):
     actions = torch.tensor([[0.0, 0.0], [0.0, 0.0], [value, 0.0]])  # rows are samples
     with pytest.raises(PolicyActorContractError, match=f"action {value:g} in dimension 0"):
         _check_bounds("A", "explore", actions, _bounds([-1.0, -1.0], [1.0, 1.0]))
+
+
+def test_an_export_module_within_a_millionth_of_the_deterministic_action_agrees():
+    """Absolute agreement to 1e-6, also where the action is zero (no relative slack there)."""
+    validate_policy_actor(_Broken("zero, export off by 5e-7"), 3, 2, [-1.0, -1.0], [1.0, 1.0])
+
+
+def test_a_module_lacking_a_method_is_refused_naming_it():
+    with pytest.raises(PolicyActorContractError) as error:
+        validate_policy_actor(nn.Linear(3, 2), 3, 2)  # a module, with forward only
+    assert str(error.value) == "policy actor Linear lacks required method get_mean_and_std()"
+
+
+class _WithoutTransformId(nn.Module):
+    """Every required method, but no ``action_transform_id`` at all."""
+
+    def get_mean_and_std(self, obs):
+        raise AssertionError("not reached")
+
+    explore = as_export_module = normalize_parameters = get_mean_and_std
+    inference_startup_memory_categories = get_mean_and_std
+
+    def forward(self, obs, training=False):
+        raise AssertionError("not reached")
+
+
+def test_an_actor_without_a_transform_id_is_refused_naming_it():
+    with pytest.raises(PolicyActorContractError) as error:
+        validate_policy_actor(_WithoutTransformId(), 3, 2)
+    assert str(error.value) == (
+        "policy actor _WithoutTransformId: action_transform_id must be a non-empty string, got None"
+    )
+
+
+class _FixedActor(nn.Module):
+    """A policy with no parameters at all (zero actions): the smoke test still runs it."""
+
+    action_transform_id = "clip"
+
+    def forward(self, obs, training=False):
+        actions = torch.zeros(obs.shape[0], 2)
+        return actions, {"log_prob": torch.zeros(obs.shape[0])}
+
+    def get_mean_and_std(self, obs):
+        return torch.zeros(obs.shape[0], 2), torch.ones(obs.shape[0], 2)
+
+    def explore(self, obs, dones=None, deterministic=False):
+        return torch.zeros(obs.shape[0], 2)
+
+    def as_export_module(self):
+        return _Changed(nn.Identity(), lambda obs: torch.zeros(obs.shape[0], 2))
+
+    def normalize_parameters(self):
+        pass
+
+    def inference_startup_memory_categories(self):
+        return {}
+
+
+def test_an_actor_without_parameters_is_probed_on_the_cpu():
+    validate_policy_actor(_FixedActor(), 3, 2, [-1.0, -1.0], [1.0, 1.0])
+
+
+def test_the_smoke_observations_are_zeros_then_three_times_a_seeded_normal():
+    """The same observations every time (a generator seeded 0, no global stream), spread to
+    3 standard deviations so a transform that overshoots away from zero is met."""
+    from drlcli.actors.contract import SMOKE_BATCH, _smoke_observations
+
+    torch.manual_seed(5)
+    expected_global = torch.rand(2)
+    torch.manual_seed(5)
+    obs = _smoke_observations(_FixedActor(), 4)
+    assert torch.equal(torch.rand(2), expected_global)
+    spread = torch.randn(SMOKE_BATCH - 1, 4, generator=torch.Generator().manual_seed(0)) * 3.0
+    assert torch.equal(obs, torch.cat([torch.zeros(1, 4), spread]))
+
+
+def test_an_unimportable_builder_module_is_named_with_where_it_must_import():
+    with pytest.raises(PolicyActorContractError) as error:
+        build_policy_actor(ActorSpec("no_such_pkg.mod:build"), 3, 2)
+    assert str(error.value) == (
+        "actor builder no_such_pkg.mod:build: cannot import module 'no_such_pkg.mod' (No module "
+        "named 'no_such_pkg'); it must be importable in every training process"
+    )
+
+
+def test_one_bound_alone_is_no_bounds_check():
+    """Bounds are checked when both are given (an env's box has both)."""
+    wide = _Broken("stochastic bounds")  # explores at 5
+    validate_policy_actor(wide, 3, 2, action_low=[-1.0, -1.0])
+    validate_policy_actor(wide, 3, 2, action_high=[1.0, 1.0])

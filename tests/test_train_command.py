@@ -16,7 +16,8 @@ import pytest
 from drlcli.checkpoint import load_payload, read_checkpoint
 from drlcli.config import load_config
 from drlcli.metrics import read_metrics
-from drlcli.runtime.training import StopRequest, train
+from drlcli.runtime.stop import StopRequest
+from drlcli.runtime.training import train
 
 pytestmark = pytest.mark.subprocess  # drl train as a user runs it: its own process (and Ray)
 

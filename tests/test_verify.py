@@ -236,13 +236,13 @@ def test_verify_of_a_file_asking_for_a_huge_actor_allocates_nothing_for_it(check
     assert huge_s < normal_s + 5.0, (normal_s, huge_s)  # CPU seconds: no full-size init
 
 
-def test_inference_memory_is_reported_per_category_and_absent_is_a_warning(checkpoint_file):
+def test_inference_memory_is_reported_per_category_and_absent_is_a_failure(checkpoint_file):
     status, detail = statuses(checkpoint_file())["inference memory"]
     assert status == "PASS"
     assert detail.startswith("parameters ") and "buffers " in detail and "(declared)" in detail
 
-    def older(payload):
+    def without(payload):
         del payload["inference_memory"]
 
-    status, detail = statuses(checkpoint_file(older, name="older.pt"))["inference memory"]
-    assert status == "WARN" and "not recorded" in detail
+    status, detail = statuses(checkpoint_file(without, name="without.pt"))["inference memory"]
+    assert status == "FAIL" and detail.endswith("checkpoint lacks 'inference_memory'")

@@ -89,9 +89,9 @@ def validate_policy_actor(
     later run could observe.
 
     Args:
-        action_low, action_high: the environment's bounds ``[action_dim]``; when given, the
-            actions of explore (both modes), the export module and forward (unless its
-            transform is applied by the runtime) must lie inside them.
+        action_low, action_high: the environment's bounds ``[action_dim]``; when both are
+            given, the actions of explore (both modes), the export module and forward (unless
+            its transform is applied by the runtime) must lie inside them.
 
     Raises:
         PolicyActorContractError: naming the first missing or wrong piece.

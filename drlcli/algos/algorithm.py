@@ -11,12 +11,34 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from drlcli.actors.spec import ActorSpec
+    from drlcli.checkpoint import Checkpoint
+    from drlcli.config import Config
+    from drlcli.envs import EnvFacts
+    from drlcli.topology import TrainingTopology
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What a run's round loop is built from, decided by the driver before any process starts.
+
+    Attributes:
+        config: the run's resolved config.
+        topology: learners, their device and the rollout actors of each.
+        spec: the policy actor every process builds.
+        facts: the task's spaces.
+        stored: the checkpoint resumed from, or None.
+    """
+
+    config: Config
+    topology: TrainingTopology
+    spec: ActorSpec
+    facts: EnvFacts
+    stored: Checkpoint | None = None
 
 
 class RoundLoop(Protocol):
-    """The Ray side of one training run: built as ``RoundLoop(config, topology, spec, facts,
-    stored)`` (``stored``: the Checkpoint resumed from, or None), then driven by the driver in
-    ``runtime/training.py`` one round at a time."""
+    """The Ray side of one training run: built as ``RoundLoop(run)`` from a ``RunContext``,
+    then driven by the run loop in ``runtime/training.py`` one round at a time."""
 
     def run_round(
         self, round_index: int, fraction_done: float

@@ -9,6 +9,7 @@ finish. The final evaluation at the end of a run waits.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -117,6 +118,21 @@ class EvaluationRunner:
             return None
         self.pending = None
         return self._result(ref, checkpoint), checkpoint
+
+    def final_evaluation(
+        self,
+        latest: Checkpoint,
+        on_result: Callable[[EvaluationResult, Checkpoint], None],
+    ) -> EvaluationResult:
+        """The evaluation of the run's final weights (``latest``'s), after the one in flight,
+        if any, came back (handed to ``on_result`` with its checkpoint): that one when it
+        evaluated the same weights, else one run now."""
+        evaluated = self.collect(wait=True)
+        if evaluated is not None:
+            on_result(*evaluated)
+            if evaluated[1].progress.env_steps == latest.progress.env_steps:
+                return evaluated[0]
+        return self.evaluate_now(latest)
 
     def evaluate_now(self, checkpoint: Checkpoint) -> EvaluationResult:
         """Evaluate and wait (the final policy)."""

@@ -10,17 +10,15 @@ from typing import Any
 
 import numpy as np
 
+from drlcli.algos.algorithm import RunContext
 from drlcli.algos.flash_sac.resume import learner_states_for, replays_for
 from drlcli.atomic import atomic_output
-from drlcli.checkpoint import Checkpoint
-from drlcli.config import Config
 from drlcli.errors import CheckpointError
 from drlcli.metrics import average_metrics
 from drlcli.runtime.evaluation import evaluator_has_own_process
 from drlcli.runtime.ray_session import actor_id_of, process_resources
 from drlcli.runtime.ray_session import get_or_raise as _get
 from drlcli.runtime.restarts import RestartCounter, restartable_actor_options
-from drlcli.topology import TrainingTopology
 
 
 class FlashSACRoundLoop:
@@ -30,19 +28,14 @@ class FlashSACRoundLoop:
     and stay identical: every update averages their gradients (``param_sync_interval`` is
     PPO's)."""
 
-    def __init__(
-        self,
-        config: Config,
-        topology: TrainingTopology,
-        spec: Any,
-        facts: Any,
-        stored: Checkpoint | None = None,
-    ) -> None:
+    def __init__(self, run: RunContext) -> None:
         import ray
 
         from drlcli.algos.flash_sac.env_stepper import EnvStepper
         from drlcli.runtime.workers import FlashSACLearnerWorker, form_data_parallel_group
 
+        config, topology, spec, facts = run.config, run.topology, run.spec, run.facts
+        stored = run.stored
         self.config, self.topology = config, topology
         params = config.algo_params
         resources = process_resources(topology, evaluator_has_own_process(config, type(self)))

@@ -6,8 +6,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from drlcli.checkpoint import Checkpoint
-from drlcli.config import Config
+from drlcli.algos.algorithm import RunContext
 from drlcli.metrics import average_metrics
 from drlcli.normalization import RmsState, merge_rms_states
 from drlcli.runtime.evaluation import evaluator_has_own_process
@@ -19,7 +18,6 @@ from drlcli.runtime.ray_session import (
 )
 from drlcli.runtime.ray_session import get_or_raise as _get
 from drlcli.runtime.restarts import RestartCounter, restartable_actor_options
-from drlcli.topology import TrainingTopology
 
 
 class PPORoundLoop:
@@ -30,20 +28,15 @@ class PPORoundLoop:
     A rollout actor that dies is restarted by Ray and its sample redone (``restarts``).
     """
 
-    def __init__(
-        self,
-        config: Config,
-        topology: TrainingTopology,
-        spec: Any,
-        facts: Any,
-        stored: Checkpoint | None = None,
-    ) -> None:
+    def __init__(self, run: RunContext) -> None:
         import ray
 
         from drlcli.algos.ppo.rollout_actor import MuJoCoActor
         from drlcli.runtime.parameter_server import ParameterServer, average_state_dicts
         from drlcli.runtime.workers import PPOLearnerWorker
 
+        config, topology, spec, facts = run.config, run.topology, run.spec, run.facts
+        stored = run.stored
         self.config, self.topology = config, topology
         params = config.algo_params
         resources = process_resources(topology, evaluator_has_own_process(config, type(self)))

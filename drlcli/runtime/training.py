@@ -1,10 +1,13 @@
-"""``drl train``: the driver of every algorithm's round loop on a Ray topology.
+"""``drl train``: the run loop of every algorithm on a Ray topology.
 
-``train`` looks the config's algorithm up in the registry, builds its policy actor once (a broken
-custom actor fails before anything starts), checks a resumed checkpoint with ``check_fits``, then
-starts Ray and the algorithm's ``RoundLoop``. Each round: ``run_round`` (sampling, statistics,
-training, synchronisation: the algorithm's), then one metrics row, the latest checkpoint, and the
-best checkpoint when the mean training return improved. Ctrl-C finishes the round in progress.
+``train`` looks the config's algorithm up in the registry, builds its policy actor once
+(``probe_actor``: a broken custom actor fails before anything starts), checks a resumed
+checkpoint with ``check_fits``, then starts Ray and the run loop (``_run``): the algorithm's
+round loop (``RoundLoop``: sampling, statistics, training, synchronisation), and after each round
+the parts, each with its own small interface: the metrics row to the sinks (``MetricsSinks``:
+the CSV, then any other), the checkpoints (``Checkpointing``: latest, best, replay), the due
+evaluation (``EvaluationRunner``) and the stop requests (``StopRequest``: Ctrl-C finishes the
+round in progress). At the end, the final policy's evaluation.
 """
 
 from __future__ import annotations
@@ -12,21 +15,22 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import signal
-import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from rich.console import Console
 
-from drlcli.actors.contract import declared_inference_memory
-from drlcli.actors.memory import module_memory_bytes
-from drlcli.actors.spec import ActorSpec, actor_semantics, build_policy_actor
-from drlcli.algos.algorithm import Algorithm, EvaluationHosting, ReplaySaving, RunShape
+from drlcli.algos.algorithm import (
+    Algorithm,
+    EvaluationHosting,
+    ReplaySaving,
+    RunContext,
+    RunShape,
+)
 from drlcli.algos.registry import ALGORITHMS, get_algorithm
 from drlcli.atomic import check_writable, remove_leftovers
 from drlcli.audit import read_verified_checkpoint
@@ -34,15 +38,12 @@ from drlcli.checkpoint import (
     BEST_BY_EVALUATION,
     BEST_BY_TRAINING_RETURN,
     Checkpoint,
-    EnvRecord,
     RunProgress,
     check_fits,
     non_finite_tensors,
-    read_checkpoint,
     state_dict_problem,
     validate_actor_semantics,
     validate_learner_states,
-    write_checkpoint,
 )
 from drlcli.config import Config
 from drlcli.envs import EnvFacts, env_facts, make_env
@@ -52,18 +53,20 @@ from drlcli.errors import (
     DrlError,
     StorageError,
     TrainingError,
-    TrainingStopped,
     UsageError,
 )
 from drlcli.evaluation import EvaluationResult
 from drlcli.metrics import MetricsWriter, metric_columns
-from drlcli.normalization import DEFAULT_OBSERVATION_CLIP
+from drlcli.runtime.checkpointing import Checkpointing, replay_path
 from drlcli.runtime.evaluation import EvaluationRunner, evaluator_has_own_process
 from drlcli.runtime.memory_budget import available_memory_bytes, check_memory, run_memory_needs
 from drlcli.runtime.nodes import check_every_node, check_runtime_env, import_py_modules_here
+from drlcli.runtime.probe import ProbedActor, probe_actor
 from drlcli.runtime.progress import TrainingProgress
 from drlcli.runtime.ray_session import process_resources, ray_session
-from drlcli.topology import AvailableDevices, TrainingTopology, detect_available_devices
+from drlcli.runtime.sinks import MetricsSink, MetricsSinks
+from drlcli.runtime.stop import StopRequest
+from drlcli.topology import AvailableDevices, detect_available_devices
 from drlcli.topology import topology_for_config as resolve_for
 
 
@@ -90,6 +93,7 @@ def train(
     quiet: bool = False,
     console: Console | None = None,
     devices: AvailableDevices | None = None,
+    metrics_sinks: Sequence[MetricsSink] = (),
 ) -> TrainingSummary:
     """Train ``config`` end to end; returns what was written.
 
@@ -100,6 +104,8 @@ def train(
             (written with ``algo_params.save_replay_buffer: true``).
         quiet: one plain log line per round instead of the progress bar.
         devices: override hardware detection (tests).
+        metrics_sinks: where every metrics row also goes, after the CSV (``MetricsSink``): one
+            that fails warns once in one line and is left out; the run goes on.
     """
     console = console or Console()
     algorithm = get_algorithm(config.algo)
@@ -165,8 +171,6 @@ def train(
         )
         if progress.best_criterion != criterion:  # the stored best measured something else
             progress.best_return, progress.best_criterion = None, criterion
-        if stored is not None:
-            progress.best_return = _best_return_on_disk(config, stored, progress, steps_per_round)
         # Counted in env steps, so a resume may change the round size (more rollout actors).
         rounds_left = math.ceil((config.total_env_steps - progress.env_steps) / steps_per_round)
         total_rounds = progress.round + rounds_left
@@ -196,80 +200,34 @@ def train(
                 style="yellow",
                 highlight=False,
             )
+        sinks = MetricsSinks(
+            writer,
+            metrics_sinks,
+            warn=lambda line: console.print(line, style="yellow", highlight=False, soft_wrap=True),
+        )
         evaluator = None
         try:
             evaluator = EvaluationRunner(
                 config, actor.spec, resources.rollout_actor, progress.env_steps
             )
+            run = RunContext(config, topology, actor.spec, facts, stored)
+            plan = RoundPlan(total_rounds, steps_per_round)
             return _run(
                 algorithm,
-                config,
-                topology,
+                run,
                 actor,
-                facts,
-                stored,
-                replay_file,
                 progress,
-                total_rounds,
-                steps_per_round,
-                writer,
-                evaluator,
-                quiet,
-                console,
+                plan,
+                sinks=sinks,
+                evaluator=evaluator,
+                replay_file=replay_file,
+                quiet=quiet,
+                console=console,
             )
         finally:
-            writer.close()
+            sinks.close()
             if evaluator is not None:
                 evaluator.close()
-
-
-@dataclass(frozen=True)
-class ProbedActor:
-    """What the driver learns by building the run's policy actor once, before anything starts
-    (a broken custom actor fails here): its spec, its checkpoint semantics, the names of its
-    auxiliary losses (CSV columns) and the inference memory it declares."""
-
-    spec: ActorSpec
-    semantics: dict[str, Any]
-    aux_loss_names: list[str]
-    inference_memory: dict[str, int]
-    parameter_bytes: int  # of its parameters and buffers
-    tensor_shapes: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
-
-
-def probe_actor(algorithm: Algorithm, config: Config, facts: EnvFacts) -> ProbedActor:
-    """Build and check the run's policy actor (the contract with the env's bounds, and the
-    algorithm's own requirements), then describe it."""
-    spec = algorithm.actor_spec(config.algo_params, facts.action_low, facts.action_high)
-    probe = build_policy_actor(
-        spec,
-        facts.obs_dim,
-        facts.action_dim,
-        action_low=facts.action_low,
-        action_high=facts.action_high,
-    )
-    algorithm.check_actor(probe, facts.obs_dim, facts.action_dim)
-    return ProbedActor(
-        spec=spec,
-        semantics=actor_semantics(spec, facts.obs_dim, facts.action_dim, probe.action_transform_id),
-        aux_loss_names=_aux_loss_names(probe, facts.obs_dim),
-        inference_memory=declared_inference_memory(probe),
-        parameter_bytes=sum(module_memory_bytes(probe).values()),
-        tensor_shapes={name: tuple(t.shape) for name, t in probe.state_dict().items()},
-    )
-
-
-def _aux_loss_names(actor: Any, obs_dim: int) -> list[str]:
-    """The actor's auxiliary-loss names, from one training-mode forward on a copy."""
-    import copy
-
-    probe = copy.deepcopy(actor)
-    rng = torch.get_rng_state()
-    try:
-        _, info = probe(torch.zeros(2, obs_dim), training=True)
-    finally:
-        torch.set_rng_state(rng)
-    return sorted(info.get("aux_losses") or {})
 
 
 def _replay_file(
@@ -289,11 +247,6 @@ def _replay_file(
             "had algo_params.save_replay_buffer: true"
         )
     return path
-
-
-def replay_path(checkpoint_path: Path) -> Path:
-    """Where FlashSAC's replay buffer is saved beside a checkpoint: ``<stem>_replay.npz``."""
-    return checkpoint_path.with_name(f"{checkpoint_path.stem}_replay.npz")
 
 
 def _cluster_devices() -> AvailableDevices:
@@ -336,104 +289,33 @@ def _load_for_resume(
     return checkpoint
 
 
-def _best_return_on_disk(
-    config: Config, stored: Checkpoint, progress: RunProgress, steps_per_round: int
-) -> float | None:
-    """The best a resumed run must beat: the higher of the resumed checkpoint's record and the
-    best file's own (files of an older drl wrote the best before recording it in the latest
-    checkpoint). A best file of another run (other actor, task or criterion, or trained further
-    than one round past the checkpoint) is not counted, nor one that cannot be read."""
-    path = config.best_checkpoint_path
-    if not path.is_file():
-        return progress.best_return
-    try:
-        best = read_checkpoint(path)
-    except DrlError:
-        return progress.best_return
-    same_run = (
-        best.actor_semantics == stored.actor_semantics
-        and best.env.id == stored.env.id
-        and best.progress.best_criterion == progress.best_criterion
-        and best.progress.env_steps <= stored.progress.env_steps + steps_per_round
-    )
-    if not same_run or best.progress.best_return is None:
-        return progress.best_return
-    if progress.best_return is None:
-        return best.progress.best_return
-    return max(progress.best_return, best.progress.best_return)
+@dataclass(frozen=True)
+class RoundPlan:
+    """The rounds a run trains: up to ``total_rounds`` (counted across resumes), each of
+    ``steps_per_round`` env steps (all rollout actors together)."""
 
-
-class StopRequest:
-    """Ctrl-C or SIGTERM (what Slurm and Kubernetes send before killing) during training: the
-    first finishes the round in progress (its metrics row and checkpoint are written), then
-    training stops with ``TrainingStopped``; a second signal aborts at once. Outside the main
-    thread it does nothing.
-
-    The handler only records the signal. Python runs a handler between any two bytecodes of
-    the main thread, in the middle of an import included, so printing from it can re-enter a
-    half-imported module (rich imports its emoji table lazily) and fail; a short-lived thread
-    prints the notice instead, waiting on the import lock like any other thread.
-    """
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self, console: Console) -> None:
-        self.console = console
-        self.signal: signal.Signals | None = None
-        self._previous: dict[int, Any] = {}
-        self._notice: threading.Thread | None = None
-
-    @property
-    def requested(self) -> bool:
-        return self.signal is not None
-
-    def stopped(self, checkpoint: Path | None, rounds: int) -> TrainingStopped:
-        assert self.signal is not None
-        return TrainingStopped(self.signal.name, int(self.signal), checkpoint, rounds)
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.signal is not None:
-            raise KeyboardInterrupt
-        self.signal = signal.Signals(signum)
-        self._notice = threading.Thread(
-            target=self.console.print,
-            args=(f"{self.signal.name}: stopping after this round (send it again to abort now)",),
-            kwargs={"style": "yellow"},
-            name="drl-stop-notice",
-            daemon=True,
-        )
-        self._notice.start()
-
-    def __enter__(self) -> StopRequest:
-        if threading.current_thread() is threading.main_thread():
-            for number in self.SIGNALS:
-                self._previous[number] = signal.signal(number, self._handle)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for number, previous in self._previous.items():
-            signal.signal(number, previous)
-        if self._notice is not None:  # the notice comes before whatever the caller prints next
-            self._notice.join(timeout=5)
+    total_rounds: int
+    steps_per_round: int
 
 
 def _run(
     algorithm: Algorithm,
-    config: Config,
-    topology: TrainingTopology,
+    run: RunContext,
     actor: ProbedActor,
-    facts: Any,
-    stored: Checkpoint | None,
-    replay_file: Path | None,
     progress: RunProgress,
-    total_rounds: int,
-    steps_per_round: int,
-    writer: MetricsWriter,
+    plan: RoundPlan,
+    *,
+    sinks: MetricsSinks,
     evaluator: EvaluationRunner,
+    replay_file: Path | None,
     quiet: bool,
     console: Console,
 ) -> TrainingSummary:
-    loop = algorithm.load_round_loop()(config, topology, actor.spec, facts, stored)
+    """The run loop: the algorithm's round loop, then each round's metrics row (``sinks``),
+    checkpoints (``Checkpointing``) and due evaluation (``evaluator``), until the plan is done
+    or a stop is requested (``StopRequest``); then the final evaluation."""
+    config = run.config
+    loop = algorithm.load_round_loop()(run)
     # After the round loop's processes: a process of its own starts while the rounds train.
     evaluator.start(loop.evaluation_host() if isinstance(loop, EvaluationHosting) else None)
     saves_replay = algorithm.replay_saving is not None and algorithm.replay_saving(
@@ -443,20 +325,24 @@ def _run(
         raise TypeError(f"{type(loop).__name__} declares replay saving but cannot save replays")
     if replay_file is not None:
         loop.load_replay(replay_file)
+    checkpointing = Checkpointing(
+        algorithm, config, actor, run.facts, progress, loop.save_replay if saves_replay else None
+    )
     started = time.perf_counter() - progress.wall_time_s
     last_return: float | None = None
-    planned_env_steps = progress.env_steps + (total_rounds - progress.round) * steps_per_round
+    planned_env_steps = progress.env_steps + (plan.total_rounds - progress.round) * (
+        plan.steps_per_round
+    )
     display = TrainingProgress(
         total_env_steps=planned_env_steps,
         completed=progress.env_steps,
         quiet=quiet,
         console=console,
     )
-    best = BestCheckpoint(config, progress)
-    checkpoint: Checkpoint | None = None
+    final_evaluation = None
     try:
         with display, StopRequest(console) as stop:
-            for round_index in range(progress.round, total_rounds):
+            for round_index in range(progress.round, plan.total_rounds):
                 if stop.requested:
                     raise stop.stopped(_written(config.checkpoint_path), progress.round)
                 round_started = time.perf_counter()
@@ -464,58 +350,37 @@ def _run(
                 try:
                     stats, learner_metrics = loop.run_round(round_index, fraction_done)
                     obs_rms_state, learner_states = loop.checkpoint_parts()
-                    evaluated = evaluator.collect() if evaluator.periodic else None
+                    evaluated = evaluator.collect()
                 except TrainingError as error:
                     raise _failed_round(error, round_index + 1, config) from None
                 _check_finite(learner_states, round_index + 1, config)
                 progress.round = round_index + 1
-                progress.env_steps += steps_per_round
+                progress.env_steps += plan.steps_per_round
                 now = time.perf_counter()
                 progress.wall_time_s = now - started
                 row = _metrics_row(
-                    progress, stats, learner_metrics, steps_per_round / (now - round_started)
+                    progress, stats, learner_metrics, plan.steps_per_round / (now - round_started)
                 )
                 if evaluated is not None:
                     row.update(evaluated[0].metrics())
                 try:  # a full disk, say: the previous checkpoint stays intact
-                    writer.write(row)
+                    sinks.write(row)
                     if row["episode_return_mean"] is not None:
                         last_return = row["episode_return_mean"]
-                    checkpoint = build_checkpoint(
-                        algorithm, config, actor, facts, progress, obs_rms_state, learner_states
+                    checkpoint = checkpointing.round_ended(
+                        obs_rms_state, learner_states, row["episode_return_mean"], evaluated
                     )
-                    # The offers first: the latest checkpoint records the best as it is after
-                    # this round's offer (a resume reads it from there); then the best file.
-                    if evaluator.periodic:
-                        if evaluated is not None:
-                            best.offer_evaluated(*evaluated)
-                    else:
-                        best.offer_training_return(row["episode_return_mean"], checkpoint)
-                    checkpoint = _with_progress(checkpoint, progress)
-                    write_checkpoint(config.checkpoint_path, checkpoint)
-                    best.write_pending()
-                    if saves_replay:
-                        loop.save_replay(replay_path(config.checkpoint_path))
-                    if evaluator.periodic and evaluator.due(progress.env_steps):
+                    if evaluator.due(progress.env_steps):
                         evaluator.submit(checkpoint)
                 except StorageError as error:
                     raise _failed_round(error, progress.round, config) from None
-                display.update(row, total_rounds)
+                display.update(row, plan.total_rounds)
             if stop.requested:  # the last round finished; skip the final evaluation
                 raise stop.stopped(_written(config.checkpoint_path), progress.round)
-        final_evaluation = None
-        if checkpoint is not None:  # before the loop closes: one of its processes may host it
-            if evaluator.periodic and (evaluated := evaluator.collect(wait=True)) is not None:
-                best.offer_evaluated(*evaluated)
-                if evaluated[1].progress.env_steps == checkpoint.progress.env_steps:
-                    final_evaluation = evaluated[0]  # the final weights were just evaluated
-            # The final policy is always evaluated; the latest checkpoint records the result.
-            final_evaluation = final_evaluation or evaluator.evaluate_now(checkpoint)
-            checkpoint = dataclasses.replace(checkpoint, evaluation=final_evaluation.to_dict())
-            if evaluator.periodic:
-                best.offer_evaluated(final_evaluation, checkpoint)
-            write_checkpoint(config.checkpoint_path, _with_progress(checkpoint, progress))
-            best.write_pending()
+        latest = checkpointing.latest
+        if latest is not None:  # before the loop closes: one of its processes may host it
+            final_evaluation = evaluator.final_evaluation(latest, checkpointing.offer_evaluated)
+            checkpointing.run_ended(final_evaluation)
     finally:
         loop.close()
 
@@ -539,11 +404,6 @@ def _run(
     return summary
 
 
-def _with_progress(checkpoint: Checkpoint, progress: RunProgress) -> Checkpoint:
-    """``checkpoint`` with the run's counters as they stand now (the best after an offer)."""
-    return dataclasses.replace(checkpoint, progress=dataclasses.replace(progress))
-
-
 def _check_finite(learner_states: list[dict[str, Any]], round_number: int, config: Config) -> None:
     """Refuse a round whose learner states (networks, optimiser moments) hold a NaN or an
     infinity, before it is written."""
@@ -563,53 +423,6 @@ def _failed_round(error: DrlError, round_number: int, config: Config) -> Trainin
 
 def _written(path: Path) -> Path | None:
     return path if path.exists() else None
-
-
-class BestCheckpoint:
-    """Keeps ``model_<name>_best.pt``: the best deterministic evaluation when evaluation is
-    periodic, else the best mean training return of a round. ``progress.best_return`` (which the
-    checkpoints store) follows it.
-
-    An offer that wins raises ``progress.best_return`` at once and holds the candidate until
-    ``write_pending``: the latest checkpoint, which records the new best, is written first. A run
-    killed between the two writes then has a best file no newer than its latest checkpoint, whose
-    record a resume must beat: the best file is never replaced by a worse policy.
-    """
-
-    def __init__(self, config: Config, progress: RunProgress) -> None:
-        self.path = config.best_checkpoint_path
-        self.progress = progress
-        self.pending: list[Checkpoint] = []
-
-    def _beats(self, value: float | None) -> bool:
-        return value is not None and (
-            self.progress.best_return is None or value > self.progress.best_return
-        )
-
-    def offer_training_return(self, value: float | None, checkpoint: Checkpoint) -> None:
-        if self._beats(value):
-            self.progress.best_return = value
-            self._hold(checkpoint)
-
-    def offer_evaluated(self, result: EvaluationResult, checkpoint: Checkpoint) -> None:
-        """The weights ``checkpoint`` holds were evaluated: keep them if they are the best."""
-        if self._beats(result.return_mean):
-            self.progress.best_return = result.return_mean
-            self._hold(dataclasses.replace(checkpoint, evaluation=result.to_dict()))
-
-    def _hold(self, checkpoint: Checkpoint) -> None:
-        counters = dataclasses.replace(
-            checkpoint.progress,
-            best_return=self.progress.best_return,
-            best_criterion=self.progress.best_criterion,
-        )
-        self.pending.append(dataclasses.replace(checkpoint, progress=counters))
-
-    def write_pending(self) -> None:
-        """Write the winning candidates held since the last call (the best one last)."""
-        for checkpoint in self.pending:
-            write_checkpoint(self.path, checkpoint)
-        self.pending.clear()
 
 
 def _metrics_row(
@@ -632,28 +445,3 @@ def _metrics_row(
         "rollout_actor_restarts": sum(s.get("rollout_actor_restarts", 0) for s in stats),
         **learner_metrics,
     }
-
-
-def build_checkpoint(
-    algorithm: Algorithm,
-    config: Config,
-    actor: ProbedActor,
-    facts: EnvFacts,
-    progress: RunProgress,
-    obs_rms_state: dict[str, Any] | None,
-    learner_states: list[dict[str, Any]],
-) -> Checkpoint:
-    """The checkpoint of a run as it stands: the round loop's parts and the driver's counters."""
-    clip = algorithm.observation_clip(config.algo_params)
-    return Checkpoint(
-        algo=algorithm.name,
-        actor=learner_states[0]["actor"],
-        actor_semantics=actor.semantics,
-        env=EnvRecord.of(config.env, facts),
-        progress=dataclasses.replace(progress),
-        config=config.to_dict(),
-        learner_states=learner_states,
-        obs_rms_state=obs_rms_state if clip is not None else None,
-        observation_clip=clip if clip is not None else DEFAULT_OBSERVATION_CLIP,
-        inference_memory=actor.inference_memory,
-    )

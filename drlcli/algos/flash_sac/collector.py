@@ -250,7 +250,7 @@ class FlashSACCollector:
         self.learner.load_state_dict(state)
         self.reward_scaler.load_state_dict(state["return_scaler"])
         self.transitions = int(state["transitions"])
-        collection = state.get("collection")  # absent: an older drl, another learner count
+        collection = state.get("collection")  # absent: resumed under another learner count
         if collection is not None and len(collection["obs"]) == len(self.obs):
             self._load_collection(collection)
 

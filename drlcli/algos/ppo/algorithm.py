@@ -111,7 +111,7 @@ PPO = Algorithm(
     builtin_builder=GAUSSIAN_BUILDER,
     actor_spec=gaussian_actor_spec,
     round_loop="drlcli.runtime.ppo_loop:PPORoundLoop",
-    learner_state_keys=("actor", "value", "optimizer"),
+    learner_state_keys=("actor", "value", "optimizer", "shuffle_generator"),
     metrics={
         "Loss/policy": "clipped surrogate loss (negated L^CLIP), minibatch mean",
         "Loss/value": "0.5 * squared value error, minibatch mean",

@@ -22,7 +22,7 @@ from drlcli.algos.ppo.closed_form import ClosedFormGradients
 from drlcli.algos.ppo.networks import ValueNetwork
 from drlcli.algos.ppo.params import PPOParams
 from drlcli.errors import CheckpointError, PolicyActorContractError, TrainingError
-from drlcli.flat_parameters import FlatParameters, flatten_optimizer_state
+from drlcli.flat_parameters import FlatParameters, check_flat_optimizer_state
 
 
 def ppo_loss(
@@ -158,18 +158,18 @@ class Learner:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Load ``state_dict()`` output. The optimiser state may be over the flat parameters
-        or one per parameter tensor (checkpoints written before the parameters were flat)."""
+        """Load ``state_dict()`` output."""
         self.load_network_state(state)
         try:
-            self.optimizer.load_state_dict(flatten_optimizer_state(state["optimizer"], self.flat))
+            check_flat_optimizer_state(state["optimizer"], self.flat)
+            self.optimizer.load_state_dict(state["optimizer"])
         except (ValueError, KeyError, TypeError, IndexError) as error:
             raise CheckpointError(
                 f"the checkpoint's optimiser state does not fit this learner ({error}); it was "
                 "written by another drl version or network layout: start a new run instead"
             ) from None
-        generator = state.get("shuffle_generator")  # absent in checkpoints of older drl
-        if generator is not None:
+        generator = state.get("shuffle_generator")  # absent: resumed under another learner
+        if generator is not None:  # count, where each learner keeps its own seeded order
             try:
                 self.shuffle_generator.set_state(torch.as_tensor(generator, dtype=torch.uint8))
             except (RuntimeError, TypeError) as error:

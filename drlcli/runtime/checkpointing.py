@@ -1,0 +1,184 @@
+"""The checkpoints of a run: the latest after every round, the best by the run's criterion, the
+replay buffer beside the latest when asked, and the final evaluation recorded at the end.
+
+Write order (Method.md, "Outputs"): each round decides its best offer first, then writes the
+latest checkpoint (which records the new best), then the best file, then the replay buffer. A
+run killed between two writes keeps a latest checkpoint that a resume continues from and a best
+file no newer than it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from drlcli.algos.algorithm import Algorithm
+from drlcli.checkpoint import (
+    BEST_BY_EVALUATION,
+    BEST_BY_TRAINING_RETURN,
+    Checkpoint,
+    EnvRecord,
+    RunProgress,
+    write_checkpoint,
+)
+from drlcli.config import Config
+from drlcli.envs import EnvFacts
+from drlcli.evaluation import EvaluationResult
+from drlcli.normalization import DEFAULT_OBSERVATION_CLIP
+from drlcli.runtime.probe import ProbedActor
+
+
+def replay_path(checkpoint_path: Path) -> Path:
+    """Where a replay buffer is saved beside a checkpoint: ``<stem>_replay.npz``."""
+    return checkpoint_path.with_name(f"{checkpoint_path.stem}_replay.npz")
+
+
+def build_checkpoint(
+    algorithm: Algorithm,
+    config: Config,
+    actor: ProbedActor,
+    facts: EnvFacts,
+    progress: RunProgress,
+    obs_rms_state: dict[str, Any] | None,
+    learner_states: list[dict[str, Any]],
+) -> Checkpoint:
+    """The checkpoint of a run as it stands: the round loop's parts and the driver's counters."""
+    clip = algorithm.observation_clip(config.algo_params)
+    return Checkpoint(
+        algo=algorithm.name,
+        actor=learner_states[0]["actor"],
+        actor_semantics=actor.semantics,
+        env=EnvRecord.of(config.env, facts),
+        progress=dataclasses.replace(progress),
+        config=config.to_dict(),
+        learner_states=learner_states,
+        obs_rms_state=obs_rms_state if clip is not None else None,
+        observation_clip=clip if clip is not None else DEFAULT_OBSERVATION_CLIP,
+        inference_memory=actor.inference_memory,
+    )
+
+
+def with_progress(checkpoint: Checkpoint, progress: RunProgress) -> Checkpoint:
+    """``checkpoint`` with the run's counters as they stand now (the best after an offer)."""
+    return dataclasses.replace(checkpoint, progress=dataclasses.replace(progress))
+
+
+class BestCheckpoint:
+    """Keeps ``model_<name>_best.pt`` by ``progress.best_criterion``: the best deterministic
+    evaluation (``BEST_BY_EVALUATION``: only evaluations are offers) or the best mean training
+    return of a round (``BEST_BY_TRAINING_RETURN``: only rounds are). ``progress.best_return``
+    (which the checkpoints store) follows it.
+
+    An offer that wins raises ``progress.best_return`` at once and holds the candidate until
+    ``write_pending``: the latest checkpoint, which records the new best, is written first. A run
+    killed between the two writes then has a best file no newer than its latest checkpoint, whose
+    record a resume must beat: the best file is never replaced by a worse policy.
+    """
+
+    def __init__(self, path: Path, progress: RunProgress) -> None:
+        self.path = path
+        self.progress = progress
+        self.pending: list[Checkpoint] = []
+
+    def _beats(self, value: float | None) -> bool:
+        return value is not None and (
+            self.progress.best_return is None or value > self.progress.best_return
+        )
+
+    def offer_training_return(self, value: float | None, checkpoint: Checkpoint) -> None:
+        """A round's mean training return (None: no episode finished) and its checkpoint."""
+        if self.progress.best_criterion == BEST_BY_TRAINING_RETURN and self._beats(value):
+            self.progress.best_return = value
+            self._hold(checkpoint)
+
+    def offer_evaluated(self, result: EvaluationResult, checkpoint: Checkpoint) -> None:
+        """The weights ``checkpoint`` holds were evaluated: keep them if they are the best."""
+        if self.progress.best_criterion == BEST_BY_EVALUATION and self._beats(result.return_mean):
+            self.progress.best_return = result.return_mean
+            self._hold(dataclasses.replace(checkpoint, evaluation=result.to_dict()))
+
+    def _hold(self, checkpoint: Checkpoint) -> None:
+        counters = dataclasses.replace(
+            checkpoint.progress,
+            best_return=self.progress.best_return,
+            best_criterion=self.progress.best_criterion,
+        )
+        self.pending.append(dataclasses.replace(checkpoint, progress=counters))
+
+    def write_pending(self) -> None:
+        """Write the winning candidates held since the last call (the best one last)."""
+        for checkpoint in self.pending:
+            write_checkpoint(self.path, checkpoint)
+        self.pending.clear()
+
+
+class Checkpointing:
+    """A run's checkpoint files, in the module's write order.
+
+    Args:
+        algorithm, config, actor, facts: what every checkpoint records of the run.
+        progress: the run's counters, shared with the run loop (which advances them).
+        save_replay: writes the replay buffer to a path (``ReplaySaving.save_replay``), or None
+            when the run does not save it.
+    """
+
+    def __init__(
+        self,
+        algorithm: Algorithm,
+        config: Config,
+        actor: ProbedActor,
+        facts: EnvFacts,
+        progress: RunProgress,
+        save_replay: Callable[[Path], None] | None = None,
+    ) -> None:
+        self.algorithm, self.config, self.actor, self.facts = algorithm, config, actor, facts
+        self.progress = progress
+        self.save_replay = save_replay
+        self.best = BestCheckpoint(config.best_checkpoint_path, progress)
+        self.latest: Checkpoint | None = None  # as last written
+
+    def round_ended(
+        self,
+        obs_rms_state: dict[str, Any] | None,
+        learner_states: list[dict[str, Any]],
+        training_return: float | None,
+        evaluated: tuple[EvaluationResult, Checkpoint] | None = None,
+    ) -> Checkpoint:
+        """Write the round's checkpoints (``progress`` already counts the round); returns the
+        latest. ``evaluated``: an evaluation of an earlier round's weights that finished during
+        this round."""
+        checkpoint = build_checkpoint(
+            self.algorithm,
+            self.config,
+            self.actor,
+            self.facts,
+            self.progress,
+            obs_rms_state,
+            learner_states,
+        )
+        if evaluated is not None:
+            self.best.offer_evaluated(*evaluated)
+        self.best.offer_training_return(training_return, checkpoint)
+        self.latest = with_progress(checkpoint, self.progress)
+        write_checkpoint(self.config.checkpoint_path, self.latest)
+        self.best.write_pending()
+        if self.save_replay is not None:
+            self.save_replay(replay_path(self.config.checkpoint_path))
+        return self.latest
+
+    def offer_evaluated(self, result: EvaluationResult, checkpoint: Checkpoint) -> None:
+        """An evaluation that finished after the last round (written with ``run_ended``)."""
+        self.best.offer_evaluated(result, checkpoint)
+
+    def run_ended(self, final_evaluation: EvaluationResult) -> Checkpoint:
+        """Record the final policy's evaluation in the latest checkpoint (and offer it as a
+        best); returns that checkpoint."""
+        assert self.latest is not None, "run_ended before any round ended"
+        checkpoint = dataclasses.replace(self.latest, evaluation=final_evaluation.to_dict())
+        self.best.offer_evaluated(final_evaluation, checkpoint)
+        self.latest = with_progress(checkpoint, self.progress)
+        write_checkpoint(self.config.checkpoint_path, self.latest)
+        self.best.write_pending()
+        return self.latest

@@ -1,0 +1,72 @@
+"""Where a run's metrics rows go.
+
+A ``MetricsSink`` takes one row per round (``write``) and is closed when the run ends. The
+metrics CSV (``MetricsWriter``) is the record of truth: a failure to write it (a full disk)
+stops the round, as a failed checkpoint does. Every other sink is optional: when one fails it
+warns once, in one line, and the run goes on without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+
+class MetricsSink(Protocol):
+    def write(self, row: Mapping[str, Any]) -> None:
+        """One round's row (the run's columns; None where there is nothing to report)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def sink_name(sink: MetricsSink) -> str:
+    """How a warning names a sink: its ``name`` attribute, else its class."""
+    return str(getattr(sink, "name", type(sink).__name__))
+
+
+class MetricsSinks:
+    """The record (the CSV) and the optional sinks of a run, written in that order.
+
+    Args:
+        record: the sink whose failure stops the round (its error propagates).
+        optional: sinks whose failure is reported once through ``warn`` and that are then left
+            out for the rest of the run.
+        warn: prints a one-line warning.
+    """
+
+    def __init__(
+        self,
+        record: MetricsSink,
+        optional: Sequence[MetricsSink] = (),
+        warn: Callable[[str], None] = print,
+    ) -> None:
+        self.record = record
+        self.optional = list(optional)
+        self.warn = warn
+
+    def write(self, row: Mapping[str, Any]) -> None:
+        self.record.write(row)
+        for sink in list(self.optional):
+            try:
+                sink.write(row)
+            except Exception as error:  # any failure of an optional sink: the CSV has the row
+                self._drop(sink, "failed", error)
+
+    def close(self) -> None:
+        """Close the optional sinks, then the record (whose error propagates)."""
+        for sink in list(self.optional):
+            try:
+                sink.close()
+            except Exception as error:
+                self._drop(sink, "failed to close", error)
+        self.record.close()
+
+    def _drop(self, sink: MetricsSink, what: str, error: Exception) -> None:
+        self.optional.remove(sink)
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        self.warn(
+            f"warning: metrics sink {sink_name(sink)} {what} ({type(error).__name__}"
+            f"{': ' + detail if detail else ''}); training goes on without it, the metrics CSV "
+            "has every row"
+        )

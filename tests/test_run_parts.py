@@ -1,0 +1,292 @@
+"""The parts of the run loop, each on its own: metrics sinks, checkpointing and the best policy,
+the final evaluation; and a run with an extra sink (Ray)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from drlcli.checkpoint import (
+    BEST_BY_EVALUATION,
+    BEST_BY_TRAINING_RETURN,
+    RunProgress,
+    read_checkpoint,
+)
+from drlcli.errors import StorageError
+from drlcli.evaluation import EvaluationResult
+from drlcli.runtime.checkpointing import BestCheckpoint, Checkpointing, replay_path
+from drlcli.runtime.sinks import MetricsSinks
+from drlcli.topology import AvailableDevices
+
+NO_GPU = AvailableDevices(cuda_devices=0, mps=False)
+
+
+class Recording:
+    """A sink that keeps its rows; ``fail_on`` makes its n-th write (1-based) raise."""
+
+    def __init__(self, name: str = "recording", fail_on: int | None = None) -> None:
+        self.name, self.fail_on = name, fail_on
+        self.rows: list[dict] = []
+        self.closed = False
+
+    def write(self, row):
+        if self.fail_on is not None and len(self.rows) + 1 == self.fail_on:
+            raise ConnectionError("server unreachable\nsecond line")
+        self.rows.append(dict(row))
+
+    def close(self):
+        self.closed = True
+
+
+def test_an_optional_sink_that_fails_warns_once_and_the_others_go_on():
+    record, flaky, steady = Recording("csv"), Recording("flaky", fail_on=2), Recording("steady")
+    warnings: list[str] = []
+    sinks = MetricsSinks(record, [flaky, steady], warn=warnings.append)
+    for round_number in (1, 2, 3):
+        sinks.write({"round": round_number})
+    assert [row["round"] for row in record.rows] == [1, 2, 3]
+    assert [row["round"] for row in steady.rows] == [1, 2, 3]
+    assert [row["round"] for row in flaky.rows] == [1]  # left out after its failure
+    assert warnings == [
+        "warning: metrics sink flaky failed (ConnectionError: server unreachable); training "
+        "goes on without it, the metrics CSV has every row"
+    ]
+    sinks.close()
+    assert record.closed and steady.closed and not flaky.closed
+
+
+def test_the_records_failure_stops_the_row_before_any_optional_sink_has_it():
+    class FullDisk(Recording):
+        def write(self, row):
+            raise StorageError("cannot write metrics.csv: No space left on device")
+
+    other = Recording()
+    sinks = MetricsSinks(FullDisk(), [other], warn=pytest.fail)
+    with pytest.raises(StorageError, match="No space left"):
+        sinks.write({"round": 1})
+    assert other.rows == []  # no sink holds a row the CSV lacks
+
+
+def test_a_sink_that_fails_to_close_warns_and_the_record_still_closes():
+    class BadClose(Recording):
+        def close(self):
+            raise OSError("flush failed")
+
+    record, warnings = Recording("csv"), []
+    MetricsSinks(record, [BadClose("tb")], warn=warnings.append).close()
+    assert record.closed
+    assert warnings == [
+        "warning: metrics sink tb failed to close (OSError: flush failed); training goes on "
+        "without it, the metrics CSV has every row"
+    ]
+
+
+def _result(env_steps: int, mean: float) -> EvaluationResult:
+    return EvaluationResult(env_steps, (mean - 1.0, mean + 1.0), (10, 10))
+
+
+@pytest.fixture
+def run_parts(tmp_path, ppo_checkpoint_payload):
+    """What ``Checkpointing`` needs, for a PPO run writing into tmp_path."""
+    from drlcli.actors.contract import declared_inference_memory
+    from drlcli.actors.spec import actor_semantics
+    from drlcli.algos.ppo.algorithm import PPO, gaussian_actor_spec
+    from drlcli.algos.ppo.learner import Learner
+    from drlcli.config import config_from_dict
+    from drlcli.envs import env_facts, make_env
+    from drlcli.runtime.probe import ProbedActor
+
+    config = config_from_dict(
+        {
+            "env": {"id": "InvertedPendulum-v5"},
+            "output_dir": str(tmp_path),
+            "algo_params": {"hidden_sizes": [8]},
+        },
+        default_name="parts",
+    )
+    facts = env_facts(make_env(config.env.id))
+    spec = gaussian_actor_spec(config.algo_params, facts.action_low, facts.action_high)
+    learner = Learner(spec, facts.obs_dim, facts.action_dim, config.algo_params)
+    semantics = actor_semantics(spec, facts.obs_dim, facts.action_dim, "clip")
+    actor = ProbedActor(spec, semantics, [], declared_inference_memory(learner.actor), 0)
+    return PPO, config, actor, facts, [learner.state_dict()]
+
+
+def _checkpointing(run_parts, criterion, save_replay=None, monkeypatch=None, writes=None):
+    algorithm, config, actor, facts, states = run_parts
+    progress = RunProgress(best_criterion=criterion)
+    parts = Checkpointing(algorithm, config, actor, facts, progress, save_replay)
+    if monkeypatch is not None:
+        import drlcli.runtime.checkpointing as module
+
+        real = module.write_checkpoint
+
+        def recorded(path, checkpoint):
+            writes.append((path.name, checkpoint.progress.best_return, checkpoint.evaluation))
+            return real(path, checkpoint)
+
+        monkeypatch.setattr(module, "write_checkpoint", recorded)
+    return parts, progress, states
+
+
+def _advance(progress: RunProgress) -> None:
+    progress.round += 1
+    progress.env_steps += 100
+
+
+def test_each_round_writes_the_latest_recording_the_new_best_then_the_best_then_the_replay(
+    run_parts, monkeypatch
+):
+    writes: list = []
+    saved: list = []
+    parts, progress, states = _checkpointing(
+        run_parts, BEST_BY_TRAINING_RETURN, saved.append, monkeypatch, writes
+    )
+    config = run_parts[1]
+    original_save = parts.save_replay
+    parts.save_replay = lambda path: (writes.append((path.name, None, None)), original_save(path))
+    for training_return in (5.0, 3.0, None, 7.0):
+        _advance(progress)
+        latest = parts.round_ended(None, states, training_return)
+        assert latest.progress.best_return == progress.best_return
+    latest_name, best_name = config.checkpoint_path.name, config.best_checkpoint_path.name
+    replay_name = replay_path(config.checkpoint_path).name
+    assert writes == [
+        (latest_name, 5.0, None),
+        (best_name, 5.0, None),
+        (replay_name, None, None),
+        (latest_name, 5.0, None),  # 3.0 and None do not beat 5.0
+        (replay_name, None, None),
+        (latest_name, 5.0, None),
+        (replay_name, None, None),
+        (latest_name, 7.0, None),
+        (best_name, 7.0, None),
+        (replay_name, None, None),
+    ]
+    assert saved == [replay_path(config.checkpoint_path)] * 4
+    best = read_checkpoint(config.best_checkpoint_path)
+    assert (best.progress.round, best.progress.best_return) == (4, 7.0)
+
+
+def test_under_evaluation_only_evaluations_are_offers_and_the_final_one_is_recorded(
+    run_parts, monkeypatch
+):
+    writes: list = []
+    parts, progress, states = _checkpointing(
+        run_parts, BEST_BY_EVALUATION, monkeypatch=monkeypatch, writes=writes
+    )
+    config = run_parts[1]
+    _advance(progress)
+    first = parts.round_ended(None, states, training_return=1e9)  # not an offer here
+    assert progress.best_return is None and not config.best_checkpoint_path.exists()
+    _advance(progress)
+    parts.round_ended(None, states, 0.0, evaluated=(_result(100, 40.0), first))
+    best = read_checkpoint(config.best_checkpoint_path)
+    assert best.progress.env_steps == 100  # the evaluated weights', not this round's
+    assert best.evaluation["return_mean"] == 40.0
+    assert read_checkpoint(config.checkpoint_path).progress.best_return == 40.0
+
+    parts.offer_evaluated(_result(100, 30.0), first)  # worse: nothing held
+    final = parts.run_ended(_result(200, 50.0))
+    assert final.evaluation["return_mean"] == 50.0 and final.progress.best_return == 50.0
+    latest = read_checkpoint(config.checkpoint_path)
+    assert latest.evaluation["return_mean"] == 50.0 and latest.progress.best_return == 50.0
+    assert read_checkpoint(config.best_checkpoint_path).progress.env_steps == 200
+    assert [name for name, _, _ in writes][-2:] == [
+        config.checkpoint_path.name,
+        config.best_checkpoint_path.name,
+    ]
+
+
+def test_under_training_return_the_final_evaluation_is_recorded_but_no_offer(run_parts):
+    parts, progress, states = _checkpointing(run_parts, BEST_BY_TRAINING_RETURN)
+    config = run_parts[1]
+    _advance(progress)
+    parts.round_ended(None, states, 2.0)
+    best_before = config.best_checkpoint_path.read_bytes()
+    parts.run_ended(_result(100, 1e9))
+    assert read_checkpoint(config.checkpoint_path).evaluation["return_mean"] == 1e9
+    assert progress.best_return == 2.0
+    assert config.best_checkpoint_path.read_bytes() == best_before
+
+
+def test_a_failed_latest_write_leaves_the_best_file_unwritten(run_parts, monkeypatch):
+    import drlcli.runtime.checkpointing as module
+
+    parts, progress, states = _checkpointing(run_parts, BEST_BY_TRAINING_RETURN)
+    config = run_parts[1]
+
+    def full_disk(path, checkpoint):
+        raise StorageError(f"cannot write {path}: No space left on device")
+
+    monkeypatch.setattr(module, "write_checkpoint", full_disk)
+    _advance(progress)
+    with pytest.raises(StorageError):
+        parts.round_ended(None, states, 9.0)
+    assert not config.best_checkpoint_path.exists()
+
+
+def test_a_tie_or_no_return_never_replaces_the_best():
+    progress = RunProgress(best_return=5.0, best_criterion=BEST_BY_TRAINING_RETURN)
+    best = BestCheckpoint(None, progress)
+    best.offer_training_return(5.0, None)
+    best.offer_training_return(None, None)
+    best.offer_evaluated(_result(0, 99.0), None)  # another criterion's offer
+    assert best.pending == [] and progress.best_return == 5.0
+
+
+def test_the_final_evaluation_reuses_the_one_in_flight_when_it_evaluated_the_final_weights():
+    from drlcli.runtime.evaluation import EvaluationRunner
+
+    def runner(in_flight):
+        evaluations = object.__new__(EvaluationRunner)
+        evaluations.collect = lambda wait=False: in_flight
+        evaluations.evaluate_now = lambda checkpoint: _result(checkpoint.progress.env_steps, 1.0)
+        return evaluations
+
+    def checkpoint_at(env_steps):
+        return dataclasses.replace(_STUB, progress=RunProgress(env_steps=env_steps))
+
+    latest = checkpoint_at(200)
+    offered: list = []
+    same = (_result(200, 7.0), checkpoint_at(200))
+    assert runner(same).final_evaluation(latest, lambda *a: offered.append(a)) is same[0]
+    earlier = (_result(100, 9.0), checkpoint_at(100))
+    final = runner(earlier).final_evaluation(latest, lambda *a: offered.append(a))
+    assert (final.env_steps, final.return_mean) == (200, 1.0)  # evaluated now
+    assert runner(None).final_evaluation(latest, pytest.fail).return_mean == 1.0
+    assert offered == [same, earlier]  # every finished evaluation is offered
+
+
+@dataclasses.dataclass(frozen=True)
+class _Stub:
+    progress: RunProgress
+
+
+_STUB = _Stub(RunProgress())
+
+
+def test_a_run_writes_every_row_to_an_extra_sink_and_survives_one_that_fails(
+    tiny_config, ray_cluster
+):
+    from rich.console import Console
+
+    from drlcli.config import load_config
+    from drlcli.metrics import read_metrics
+    from drlcli.runtime.training import train
+
+    config = load_config(tiny_config("sinks", total=384))
+    recording, broken = Recording(), Recording("broken", fail_on=1)
+    console = Console(record=True, width=200)
+    summary = train(
+        config, quiet=True, console=console, metrics_sinks=[broken, recording], devices=NO_GPU
+    )
+    csv_rows = read_metrics(summary.metrics_path)
+    assert len(recording.rows) == len(csv_rows) == summary.rounds == 3
+    for written, sunk in zip(csv_rows, recording.rows, strict=True):
+        assert set(written) == set(sunk)
+        for column, value in sunk.items():
+            assert (written[column] == "") if value is None else (float(written[column]) == value)
+    assert recording.closed
+    assert console.export_text().count("warning: metrics sink broken failed") == 1
