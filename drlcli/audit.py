@@ -18,7 +18,9 @@ import torch
 
 from drlcli import __version__
 from drlcli.actors.memory import describe_memory, format_bytes, tensor_bytes
-from drlcli.actors.spec import BUILDER_PATTERN, ActorSpec, builtin_tensor_shapes
+from drlcli.actors.semantics import builtin_tensor_shapes
+from drlcli.actors.spec import BUILDER_PATTERN, ActorSpec
+from drlcli.algos.registry import actor_kind
 from drlcli.checkpoint import (
     CONTENT_HASH,
     Checkpoint,
@@ -176,7 +178,8 @@ def _check_builder(payload: dict) -> str:
     builder = semantics["builder"]
     if not BUILDER_PATTERN.match(builder):
         raise _Failed(f"builder {builder!r} is not of the form 'pkg.module:callable'")
-    kind = ActorSpec(builder, semantics["kwargs"]).kind
+    ActorSpec(builder, semantics["kwargs"])  # the kwargs too must make a spec
+    kind = actor_kind(builder)
     if kind != semantics["kind"]:
         raise _Failed(f"kind is {semantics['kind']!r} but builder {builder} is {kind}")
     if kind == "custom":
@@ -214,7 +217,7 @@ def _check_dims(payload: dict) -> str:
     check_fits(checkpoint, checkpoint.env.facts(), "checkpoint")
     actor = checkpoint.actor
     spec = ActorSpec(semantics["builder"], semantics["kwargs"])
-    if spec.kind != "builtin":  # decided by the builder string, never by the stored kind
+    if actor_kind(spec.builder) != "builtin":  # by the builder string, never the stored kind
         raise _Warned("custom actor: tensor shapes cannot be checked without building it")
     # Built-in builders are drl's own code: rebuild on the meta device (shapes only, whatever
     # size the file's kwargs ask for) and compare every tensor's shape.

@@ -15,7 +15,9 @@ import numpy as np
 import torch
 
 from drlcli.actors.contract import declared_inference_memory
-from drlcli.actors.spec import ActorSpec, actor_semantics, build_policy_actor
+from drlcli.actors.semantics import actor_semantics
+from drlcli.actors.spec import ActorSpec, build_policy_actor
+from drlcli.algos.registry import actor_kind
 from drlcli.audit import read_verified_checkpoint
 from drlcli.checkpoint import (
     Checkpoint,
@@ -153,12 +155,13 @@ def load_play_actor(
     source = str(path)
     semantics = validate_actor_semantics(checkpoint.actor_semantics, source=source)
     spec = ActorSpec(semantics["builder"], semantics["kwargs"])
-    if spec.kind != semantics["kind"]:
+    kind = actor_kind(spec.builder)
+    if kind != semantics["kind"]:
         raise SemanticsError(
             f"{source}: actor_semantics.kind is {semantics['kind']!r} but builder "
-            f"{spec.builder} is {spec.kind}"
+            f"{spec.builder} is {kind}"
         )
-    if spec.kind == "custom" and spec.module not in set(allow_builders):
+    if kind == "custom" and spec.module not in set(allow_builders):
         raise SemanticsError(
             f"{source}: the policy is built by custom code {spec.builder}; importing it runs "
             f"that module. If you trust it, pass --allow-builder {spec.module}"

@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from drlcli.actors.memory import describe_memory, format_bytes
-from drlcli.algos.registry import get_algorithm
+from drlcli.algos.registry import actor_kind, get_algorithm
 from drlcli.config import Config
 
 
@@ -68,7 +68,7 @@ def render_dry_run(config: Config, console: Console) -> None:
     layout.add_column("property")
     layout.add_column("value")
     layout.add_row("algorithm", escape(f"{algorithm.name}: {algorithm.summary}"))
-    layout.add_row("policy actor", escape(f"{spec.builder} ({spec.kind})"))
+    layout.add_row("policy actor", escape(f"{spec.builder} ({actor_kind(spec.builder)})"))
     layout.add_row("visible CUDA devices", str(devices.cuda_devices))
     layout.add_row("learners", f"{topology.num_learners} on {topology.learner_device}")
     if topology.num_learners < topology.requested_learners:

@@ -103,7 +103,7 @@ def ppo_checkpoint_payload():
     import numpy as np
 
     from drlcli.actors.contract import declared_inference_memory
-    from drlcli.actors.spec import actor_semantics
+    from drlcli.actors.semantics import actor_semantics
     from drlcli.algos.ppo.algorithm import PPO, gaussian_actor_spec
     from drlcli.algos.ppo.learner import Learner
     from drlcli.checkpoint import RunProgress

@@ -80,7 +80,7 @@ def test_exploration_training_play_and_onnx_agree_on_the_action(bounds, tmp_path
         default_name="ranged",
     )
     facts = env_facts(make_env(ENV_ID, **env_kwargs))
-    from drlcli.actors.spec import actor_semantics
+    from drlcli.actors.semantics import actor_semantics
 
     probed = ProbedActor(
         spec,

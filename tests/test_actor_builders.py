@@ -12,7 +12,8 @@ import torch
 from drlcli.actors.contract import declared_inference_memory
 from drlcli.actors.gaussian import GaussianPolicyActor, build_gaussian_actor
 from drlcli.actors.memory import describe_memory, format_bytes, tensor_bytes
-from drlcli.actors.spec import ActorSpec, build_policy_actor, builtin_tensor_shapes
+from drlcli.actors.semantics import builtin_tensor_shapes
+from drlcli.actors.spec import ActorSpec, build_policy_actor
 from drlcli.algos.flash_sac.actor import (
     LOG_STD_MAX,
     LOG_STD_MIN,

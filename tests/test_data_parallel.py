@@ -122,7 +122,7 @@ def test_two_learners_hold_identical_networks_equal_to_one_learner_on_both_batch
 
 
 def test_graphs_are_refused_with_several_learners_and_auto_turns_them_off(monkeypatch):
-    from drlcli.algos.flash_sac.algorithm import resolve_cuda_graph
+    from drlcli.algos.flash_sac.cuda_graph import resolve_cuda_graph
     from drlcli.errors import ConfigError
 
     builtin = ActorSpec("drlcli.algos.flash_sac.actor:build_flash_sac_actor", {})

@@ -22,12 +22,9 @@ from drlcli.algos.flash_sac.actor import (
     build_flash_sac_actor,
     truncated_zeta_pmf,
 )
-from drlcli.algos.flash_sac.algorithm import (
-    critic_problem,
-    flash_sac_actor_spec,
-    resolve_cuda_graph,
-)
+from drlcli.algos.flash_sac.algorithm import critic_problem, flash_sac_actor_spec
 from drlcli.algos.flash_sac.critic import categorical_td_target
+from drlcli.algos.flash_sac.cuda_graph import resolve_cuda_graph
 from drlcli.algos.flash_sac.layers import UnitBatchNorm, UnitLinear, UnitRMSNorm
 from drlcli.algos.flash_sac.learner import (
     FlashSACLearner,

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from drlcli.normalization import RmsState, compute_batch_moments
-from drlcli.runtime.parameter_server import ParameterServer, average_state_dicts
+from drlcli.parameter_averaging import average_state_dicts
+from drlcli.runtime.parameter_server import ParameterServer
 
 
 def test_average_state_dicts_means_floating_tensors_and_keeps_counters():

@@ -11,8 +11,10 @@ from torch import nn
 
 from drlcli.actors.contract import validate_on_policy_actor, validate_policy_actor
 from drlcli.actors.gaussian import GaussianPolicyActor, build_gaussian_actor
-from drlcli.actors.spec import ActorSpec, actor_semantics, build_policy_actor
+from drlcli.actors.semantics import actor_semantics
+from drlcli.actors.spec import ActorSpec, build_policy_actor
 from drlcli.algos.flash_sac.actor import FlashSACActor
+from drlcli.algos.registry import actor_kind
 from drlcli.errors import PolicyActorContractError
 
 GAUSSIAN = "drlcli.actors.gaussian:build_gaussian_actor"
@@ -26,7 +28,7 @@ def make_actor(**kwargs) -> GaussianPolicyActor:
 def test_builtin_actor_passes_the_contract_and_names_its_transform():
     actor = build_policy_actor(ActorSpec(GAUSSIAN, BOUNDS), obs_dim=3, action_dim=2)
     assert actor.action_transform_id == "clip"
-    assert ActorSpec(GAUSSIAN, BOUNDS).kind == "builtin"
+    assert actor_kind(ActorSpec(GAUSSIAN, BOUNDS).builder) == "builtin"
 
 
 def test_validation_restores_model_and_rng_state_exactly():
@@ -173,7 +175,7 @@ def test_semantics_are_plain_json_data():
         "action_dim": 2,
         "action_transform": "clip",
     }
-    assert ActorSpec("my_pkg.actors:build").kind == "custom"
+    assert actor_kind(ActorSpec("my_pkg.actors:build").builder) == "custom"
     np.testing.assert_equal(semantics["kwargs"]["action_low"], [-1.0, -2.0])
 
 

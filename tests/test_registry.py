@@ -64,7 +64,7 @@ def test_each_entry_is_complete_and_consistent(algorithm):
     assert actor_kind(algorithm.builtin_builder) == "builtin"
     params = algorithm.params_type()
     spec = algorithm.actor_spec(params, [-1.0, -2.0], [1.0, 2.0])
-    assert spec.builder == algorithm.builtin_builder and spec.kind == "builtin"
+    assert spec.builder == algorithm.builtin_builder and actor_kind(spec.builder) == "builtin"
     assert algorithm.learner_state_keys and "actor" in algorithm.learner_state_keys
     assert algorithm.metrics and all(algorithm.metrics.values())
     algorithm.check_params(params)  # the defaults pass their own rules

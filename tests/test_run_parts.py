@@ -90,7 +90,7 @@ def _result(env_steps: int, mean: float) -> EvaluationResult:
 def run_parts(tmp_path, ppo_checkpoint_payload):
     """What ``Checkpointing`` needs, for a PPO run writing into tmp_path."""
     from drlcli.actors.contract import declared_inference_memory
-    from drlcli.actors.spec import actor_semantics
+    from drlcli.actors.semantics import actor_semantics
     from drlcli.algos.ppo.algorithm import PPO, gaussian_actor_spec
     from drlcli.algos.ppo.learner import Learner
     from drlcli.config import config_from_dict

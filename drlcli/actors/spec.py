@@ -1,4 +1,5 @@
-"""Actor specs: building a policy actor from ``{builder, kwargs}`` and describing its semantics.
+"""Actor specs: building a policy actor from ``{builder, kwargs}`` (plain data: whether a builder
+is drl's own is the registry's to say, ``drlcli/actors/semantics.py``).
 
 A spec names a builder as ``"pkg.module:callable"``; the builder is resolved with
 ``importlib.import_module`` and called as ``builder(obs_dim=..., action_dim=..., device=...,
@@ -51,14 +52,6 @@ class ActorSpec:
             ) from error
 
     @property
-    def kind(self) -> str:
-        """``builtin`` for the builders of registered algorithms, ``custom`` for the rest."""
-        # Imported here: the registry's algorithm entries build ActorSpecs themselves.
-        from drlcli.algos.registry import actor_kind
-
-        return actor_kind(self.builder)
-
-    @property
     def module(self) -> str:
         return self.builder.split(":", 1)[0]
 
@@ -79,21 +72,6 @@ def resolve_builder(spec: ActorSpec) -> Any:
             f"actor builder {spec.builder}: module {module_name!r} has no callable {attribute!r}"
         )
     return builder
-
-
-def builtin_tensor_shapes(spec: ActorSpec, obs_dim: int, action_dim: int) -> dict[str, tuple]:
-    """The shape of every tensor of the state dict ``spec``'s builder makes, built on the meta
-    device: no memory for the weights and no initialisation run, whatever size the kwargs ask
-    for (those of an untrusted file). For drl's own builders (``kind == "builtin"``): a custom
-    builder is not imported here."""
-    import torch
-
-    if spec.kind != "builtin":
-        raise ValueError(f"builtin_tensor_shapes: {spec.builder} is not a built-in builder")
-    builder = resolve_builder(spec)
-    with torch.device("meta"):
-        module = builder(obs_dim=obs_dim, action_dim=action_dim, device="meta", **spec.kwargs)
-    return {name: tuple(tensor.shape) for name, tensor in module.state_dict().items()}
 
 
 def build_policy_actor(
@@ -117,16 +95,3 @@ def build_policy_actor(
         ) from error
     validate_policy_actor(actor, obs_dim, action_dim, action_low, action_high)
     return actor
-
-
-def actor_semantics(spec: ActorSpec, obs_dim: int, action_dim: int, action_transform: str) -> dict:
-    """The ``actor_semantics`` entry of a checkpoint (plain JSON-compatible data)."""
-    return {
-        "schema_version": SEMANTICS_SCHEMA_VERSION,
-        "kind": spec.kind,
-        "builder": spec.builder,
-        "kwargs": json.loads(json.dumps(spec.kwargs)),
-        "obs_dim": int(obs_dim),
-        "action_dim": int(action_dim),
-        "action_transform": action_transform,
-    }

@@ -32,7 +32,8 @@ class PPORoundLoop:
         import ray
 
         from drlcli.algos.ppo.rollout_actor import MuJoCoActor
-        from drlcli.runtime.parameter_server import ParameterServer, average_state_dicts
+        from drlcli.parameter_averaging import average_state_dicts
+        from drlcli.runtime.parameter_server import ParameterServer
         from drlcli.runtime.workers import PPOLearnerWorker
 
         config, topology, spec, facts = run.config, run.topology, run.spec, run.facts

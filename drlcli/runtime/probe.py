@@ -12,7 +12,8 @@ import torch
 
 from drlcli.actors.contract import declared_inference_memory
 from drlcli.actors.memory import module_memory_bytes
-from drlcli.actors.spec import ActorSpec, actor_semantics, build_policy_actor
+from drlcli.actors.semantics import actor_semantics
+from drlcli.actors.spec import ActorSpec, build_policy_actor
 from drlcli.algos.algorithm import Algorithm
 from drlcli.config import Config
 from drlcli.envs import EnvFacts

@@ -26,8 +26,8 @@ import torch
 from torch import nn
 
 from drlcli.actors.spec import ActorSpec, build_policy_actor
-from drlcli.algos.flash_sac.algorithm import resolve_cuda_graph
 from drlcli.algos.flash_sac.critic import DoubleCategoricalCritic, categorical_td_target
+from drlcli.algos.flash_sac.cuda_graph import resolve_cuda_graph
 from drlcli.algos.flash_sac.data_parallel import DataParallelGroup
 from drlcli.algos.flash_sac.layers import share_batch_statistics
 from drlcli.algos.flash_sac.params import FlashSACParams

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from drlcli.normalization import RmsState, merge_rms_states
-from drlcli.runtime.parameter_server import average_state_dicts
+from drlcli.parameter_averaging import average_state_dicts
 
 NETWORKS = ("actor", "critic", "target_critic", "log_temperature")
 
