@@ -390,7 +390,10 @@ def check_content_hash(payload: Mapping[str, Any]) -> bool:
 
 
 def read_checkpoint(path: str | Path) -> Checkpoint:
-    """Read a checkpoint without running any code from it, after checking its content hash.
+    """Read a checkpoint without running any code from it, after checking its content hash
+    and fields only: for tools and tests that inspect files drl wrote. drl's own commands
+    (resume, play, export) read with ``audit.read_verified_checkpoint``, which also runs every
+    check of ``drl verify``.
 
     Raises:
         CheckpointError: see ``load_payload``; contents that do not match the stored hash
