@@ -81,9 +81,19 @@ def main() -> int:
         print(f"  survivors in {module}: {count}")
     for name in survivors:
         print(f"survived, not in {EQUIVALENT_FILE.name}: {name} ({counted[name]})")
+    untested = sum(status == "no tests" for status in counted.values())
+    if untested:
+        print(
+            f"{untested} mutants ran no test: mutmut maps tests to functions when it collects "
+            "its stats, so a function new since then has none; move mutants/mutmut-stats.json "
+            "away and run those mutants again before writing a test for them"
+        )
     stale = equivalent_mutants() - set(statuses)
     if stale:
-        print(f"{EQUIVALENT_FILE.name} lists {len(stale)} mutants mutmut no longer makes")
+        print(
+            f"{EQUIVALENT_FILE.name} lists {len(stale)} mutants mutmut no longer makes (their "
+            "function changed or went: check that function's entries): " + ", ".join(sorted(stale))
+        )
     return 0 if score >= args.target and not survivors else 1
 
 
