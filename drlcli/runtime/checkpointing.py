@@ -161,9 +161,7 @@ class Checkpointing:
         if evaluated is not None:
             self.best.offer_evaluated(*evaluated)
         self.best.offer_training_return(training_return, checkpoint)
-        self.latest = with_progress(checkpoint, self.progress)
-        write_checkpoint(self.config.checkpoint_path, self.latest)
-        self.best.write_pending()
+        self._write(checkpoint)
         if self.save_replay is not None:
             self.save_replay(replay_path(self.config.checkpoint_path))
         return self.latest
@@ -178,7 +176,11 @@ class Checkpointing:
         assert self.latest is not None, "run_ended before any round ended"
         checkpoint = dataclasses.replace(self.latest, evaluation=final_evaluation.to_dict())
         self.best.offer_evaluated(final_evaluation, checkpoint)
+        self._write(checkpoint)
+        return self.latest
+
+    def _write(self, checkpoint: Checkpoint) -> None:
+        """The latest checkpoint with the counters after this round's offers, then the best."""
         self.latest = with_progress(checkpoint, self.progress)
         write_checkpoint(self.config.checkpoint_path, self.latest)
         self.best.write_pending()
-        return self.latest
