@@ -53,7 +53,7 @@ def learner(graphs: bool, params, facts, total_updates: int = 1000, device: str 
 
 
 def batches(facts, size: int, count: int):
-    from drlcli.algos.flash_sac.replay import TransitionReplay
+    from drlcli.off_policy.replay import TransitionReplay
 
     rng = np.random.default_rng(0)
     replay = TransitionReplay(4096, facts.obs_dim, facts.action_dim, seed=0)

@@ -1,4 +1,4 @@
-"""FlashSAC's data-parallel learners (algos/flash_sac/data_parallel.py): two CPU learners in
+"""FlashSAC's data-parallel learners (off_policy/data_parallel.py): two CPU learners in
 their own Ray processes, joined in a gloo group the way the round loop joins them, make the same
 updates as one learner on their two batches concatenated."""
 
@@ -12,7 +12,7 @@ import torch
 from drlcli.actors.spec import ActorSpec
 from drlcli.algos.flash_sac.learner import FlashSACLearner
 from drlcli.algos.flash_sac.params import FlashSACParams
-from drlcli.runtime.workers import DataParallelMember, form_data_parallel_group
+from drlcli.runtime.off_policy_workers import DataParallelMember, form_data_parallel_group
 
 OBS_DIM, ACTION_DIM, BATCH = 5, 2, 32
 LOW, HIGH = [-1.0, -2.0], [1.0, 2.0]
@@ -69,13 +69,13 @@ class DataParallelUpdater(DataParallelMember):
     """One data-parallel learner in its own process (a Ray actor)."""
 
     def __init__(self, start: dict[str, Any]) -> None:
-        self.flash_sac_learner = learner(2)
-        self.flash_sac_learner.load_network_state(start)
+        self.off_policy_learner = learner(2)
+        self.off_policy_learner.load_network_state(start)
 
     def train(self, seed: int) -> dict[str, Any]:
         for batch in batches(seed):
-            self.flash_sac_learner.update(batch)
-        return self.flash_sac_learner.state_dict()
+            self.off_policy_learner.update(batch)
+        return self.off_policy_learner.state_dict()
 
 
 def flat_networks(state: dict[str, Any]) -> dict[str, torch.Tensor]:
@@ -139,8 +139,8 @@ def test_graphs_are_refused_with_several_learners_and_auto_turns_them_off(monkey
 def test_a_learner_that_cannot_reach_the_group_fails_in_one_line(monkeypatch):
     import socket
 
-    from drlcli.algos.flash_sac import data_parallel
     from drlcli.errors import TrainingError
+    from drlcli.off_policy import data_parallel
 
     monkeypatch.setattr(data_parallel, "JOIN_TIMEOUT_S", 2.0)
     with socket.socket() as probe:  # a port nobody listens on
@@ -173,7 +173,7 @@ class OtherLearner:
 
 
 def test_averaged_gradients_are_the_mean_of_both_learners_in_place_of_each(monkeypatch):
-    from drlcli.algos.flash_sac import data_parallel
+    from drlcli.off_policy import data_parallel
 
     ours = [torch.nn.Parameter(torch.zeros(2, 3)), torch.nn.Parameter(torch.zeros(4))]
     ours.append(torch.nn.Parameter(torch.zeros(1, 2)))
@@ -194,7 +194,7 @@ def test_averaged_gradients_are_the_mean_of_both_learners_in_place_of_each(monke
 
 
 def test_batch_moments_are_those_of_both_learners_batches_together(monkeypatch):
-    from drlcli.algos.flash_sac import data_parallel
+    from drlcli.off_policy import data_parallel
 
     generator = torch.Generator().manual_seed(0)
     # [E, B, F]; variances well below 1, so a wrong floor on the variance shows
@@ -220,7 +220,7 @@ def test_batch_moments_are_those_of_both_learners_batches_together(monkeypatch):
 
 @pytest.mark.parametrize(("ours", "theirs", "agreed"), [(1, 1, True), (1, 0, False), (0, 1, False)])
 def test_learners_agree_only_when_every_one_does(monkeypatch, ours, theirs, agreed):
-    from drlcli.algos.flash_sac import data_parallel
+    from drlcli.off_policy import data_parallel
 
     fake = OtherLearner(lambda tensor: torch.full_like(tensor, float(theirs)))
     monkeypatch.setattr(data_parallel.dist, "all_reduce", fake.all_reduce)
@@ -259,7 +259,7 @@ def test_a_learner_joins_through_learner_0s_store_with_the_collective_timeout(
 ):
     import datetime
 
-    from drlcli.algos.flash_sac import data_parallel
+    from drlcli.off_policy import data_parallel
 
     recorded = RecordedDistributed()
     monkeypatch.setattr(data_parallel, "dist", recorded)
@@ -302,8 +302,8 @@ def test_a_learner_joins_through_learner_0s_store_with_the_collective_timeout(
     ],
 )
 def test_a_failed_join_names_the_errors_first_line_and_what_to_check(monkeypatch, error, shown):
-    from drlcli.algos.flash_sac import data_parallel
     from drlcli.errors import TrainingError
+    from drlcli.off_policy import data_parallel
 
     monkeypatch.setattr(data_parallel, "dist", RecordedDistributed(fail=error))
     with pytest.raises(TrainingError) as raised:

@@ -179,7 +179,7 @@ def release(marker_dir):
 
 @pytest.mark.parametrize(
     ("algo", "learner_class"),
-    [("ppo", "PPOLearnerWorker"), ("flash_sac", "FlashSACLearnerWorker")],
+    [("ppo", "PPOLearnerWorker"), ("flash_sac", "OffPolicyLearnerWorker")],
 )
 def test_a_dead_learner_stops_the_run_and_resume_continues_from_the_last_checkpoint(
     tmp_path, algo, learner_class
@@ -435,7 +435,7 @@ def test_an_env_stepper_that_dies_again_while_it_comes_back_is_one_restart_more(
     import numpy
     import ray
 
-    import drlcli.runtime.workers as workers
+    import drlcli.runtime.off_policy_workers as workers
     from drlcli.runtime.restarts import RestartCounter
 
     class Failed:

@@ -16,7 +16,7 @@ from torch.distributions import Normal, TransformedDistribution
 from torch.distributions.transforms import AffineTransform, TanhTransform
 
 from drlcli.actors.contract import validate_policy_actor
-from drlcli.actors.spec import ActorSpec
+from drlcli.actors.spec import ActorConfig, ActorSpec
 from drlcli.algos.flash_sac.actor import (
     FlashSACActor,
     build_flash_sac_actor,
@@ -31,10 +31,10 @@ from drlcli.algos.flash_sac.learner import (
     cosine_learning_rate,
     target_entropy,
 )
-from drlcli.algos.flash_sac.params import ActorConfig, FlashSACParams
-from drlcli.algos.flash_sac.replay import TransitionReplay
+from drlcli.algos.flash_sac.params import FlashSACParams
 from drlcli.config import config_from_dict
 from drlcli.errors import ConfigError, PolicyActorContractError, TrainingError
+from drlcli.off_policy.replay import TransitionReplay
 
 LOW, HIGH = [-1.0, 0.0], [1.0, 4.0]  # a non-symmetric range: the affine part matters
 SMALL = FlashSACParams(
@@ -329,7 +329,7 @@ def test_an_env_stepper_process_does_not_import_torch():
     import sys
 
     code = (
-        "import sys; from drlcli.algos.flash_sac.env_stepper import EnvStepper; "
+        "import sys; from drlcli.off_policy.env_stepper import EnvStepper; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')[:3])"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -456,15 +456,16 @@ def test_resume_check_calls_a_critic_that_is_not_tensors_damaged():
 
 def test_the_collector_runs_in_process_with_a_local_stepper_pool():
     """The algorithm's classes are plain Python: a round without Ray."""
-    from drlcli.algos.flash_sac.collector import FlashSACCollector, LocalStepperPool
-    from drlcli.algos.flash_sac.env_stepper import EnvStepper
     from drlcli.config import EnvConfig
+    from drlcli.off_policy.collector import LocalStepperPool, OffPolicyCollector
+    from drlcli.off_policy.env_stepper import EnvStepper
 
     env = EnvConfig(id="InvertedPendulum-v5", num_envs=2, seed=3)
     steppers = LocalStepperPool([EnvStepper(0, env), EnvStepper(1, env)], num_envs=2)
     params = dataclasses.replace(SMALL, warmup_steps=16, batch_size=8, updates_per_env_step=0.5)
     spec = flash_sac_actor_spec(params, [-3.0], [3.0])
-    collector = FlashSACCollector(spec, steppers, 4, 1, [-3.0], [3.0], params, 0.99, 100)
+    learner = FlashSACLearner(spec, 4, 1, [-3.0], [3.0], params, 0.99, 100)
+    collector = OffPolicyCollector(learner, steppers, params, [-3.0], [3.0], 4, 0.99)
     stats, metrics = collector.run(10)
     assert collector.transitions == 40 and metrics["buffer_size"] == 40.0
     # Updates start once 16 transitions are in (after 4 steps); then 4 * 0.5 per step.
@@ -527,9 +528,9 @@ def test_a_data_parallel_learner_averages_the_gradients_of_each_network_it_steps
 def test_the_collector_drops_the_transitions_of_a_restarted_stepper():
     """A stepper whose process was restarted reports its envs' step as lost: they are not
     stored as transitions, and their envs start new episodes (dones)."""
-    from drlcli.algos.flash_sac.collector import FlashSACCollector, LocalStepperPool
-    from drlcli.algos.flash_sac.env_stepper import EnvStepper
     from drlcli.config import EnvConfig
+    from drlcli.off_policy.collector import LocalStepperPool, OffPolicyCollector
+    from drlcli.off_policy.env_stepper import EnvStepper
 
     class RestartingPool(LocalStepperPool):
         calls = 0
@@ -545,14 +546,15 @@ def test_the_collector_drops_the_transitions_of_a_restarted_stepper():
     steppers = RestartingPool([EnvStepper(0, env), EnvStepper(1, env)], num_envs=2)
     params = dataclasses.replace(SMALL, warmup_steps=100, batch_size=8)
     spec = flash_sac_actor_spec(params, [-3.0], [3.0])
-    collector = FlashSACCollector(spec, steppers, 4, 1, [-3.0], [3.0], params, 0.99, 100)
+    learner = FlashSACLearner(spec, 4, 1, [-3.0], [3.0], params, 0.99, 100)
+    collector = OffPolicyCollector(learner, steppers, params, [-3.0], [3.0], 4, 0.99)
     collector.run(3)
     assert collector.transitions == 10 and len(collector.replay) == 10  # 12 stepped, 2 lost
     np.testing.assert_array_equal(collector.dones[2:], [False, False])
 
 
 def test_replays_for_another_learner_count_pool_in_collection_order_and_deal_out():
-    from drlcli.algos.flash_sac.resume import replays_for
+    from drlcli.off_policy.resume import replays_for
 
     def buffer(values):
         rows = np.asarray(values, dtype=np.float32)
@@ -675,7 +677,7 @@ def test_resume_keeps_this_devices_optimiser_settings_and_the_saved_moments(
 
 
 def test_joining_data_parallel_learners_shares_every_batch_norm_and_a_graphed_one_refuses():
-    from drlcli.algos.flash_sac.data_parallel import DataParallelGroup
+    from drlcli.off_policy.data_parallel import DataParallelGroup
 
     learner = make_learner()
     group = DataParallelGroup(0, 2)  # joining calls no collective
@@ -696,7 +698,7 @@ def test_joining_data_parallel_learners_shares_every_batch_norm_and_a_graphed_on
 def test_learner_0s_store_takes_the_other_learners_on_a_free_port():
     import datetime
 
-    from drlcli.algos.flash_sac.data_parallel import JOIN_TIMEOUT_S, open_store
+    from drlcli.off_policy.data_parallel import JOIN_TIMEOUT_S, open_store
 
     store, another = open_store("127.0.0.1"), open_store("127.0.0.1")
     assert store.port > 0 and another.port > 0 and store.port != another.port  # each a free one

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from drlcli.algos.flash_sac.critic import categorical_td_target
-from drlcli.algos.flash_sac.replay import TransitionReplay
+from drlcli.off_policy.replay import TransitionReplay
 from tests.test_flash_sac import CUSTOM, SMALL, make_learner, random_batch
 
 GAMMA = 0.99  # make_learner's discount

@@ -223,10 +223,11 @@ def test_resume_under_another_learner_count_keeps_the_runs_totals(flash_config, 
             )
         )
 
-    from drlcli.algos.flash_sac.resume import learner_states_for
+    from drlcli.algos.flash_sac.algorithm import FLASH_SAC
+    from drlcli.off_policy.resume import learner_states_for
 
     count = 2 if after is TWO_LEARNERS else 1
-    shared = learner_states_for(stored, count)
+    shared = learner_states_for(stored, count, FLASH_SAC.off_policy.network_keys)
     for total in ("transitions", "updates"):  # shared out, up to rounding
         assert abs(sum(s[total] for s in shared) - sum(s[total] for s in stored)) < count
     scaler_count = sum(s["return_scaler"]["count"] for s in stored)

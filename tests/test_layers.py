@@ -71,6 +71,8 @@ def test_lower_layers_never_import_higher_ones():
         ("drlcli.algos", "drlcli.runtime", "an algorithm package never imports the Ray runtime"),
         ("drlcli.actors.spec", "drlcli.algos", "ActorSpec is plain data the registry builds"),
         ("drlcli.actors.contract", "drlcli.algos", "the actor contract is the algorithms' base"),
+        ("drlcli.off_policy", "drlcli.algos", "the off-policy layer is generic over its learner"),
+        ("drlcli.off_policy", "drlcli.runtime", "the off-policy layer is plain Python"),
     ]
     for lower, higher, why in rules:
         offending = {

@@ -16,7 +16,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from drlcli.errors import PolicyActorContractError
+from drlcli.config_fields import check_plain_data
+from drlcli.errors import ConfigError, PolicyActorContractError
 
 SEMANTICS_SCHEMA_VERSION = 1
 SUPPORTED_SEMANTICS_VERSIONS = (1,)
@@ -54,6 +55,33 @@ class ActorSpec:
     @property
     def module(self) -> str:
         return self.builder.split(":", 1)[0]
+
+
+@dataclass(frozen=True)
+class ActorConfig:
+    """A custom policy actor in a config's ``algo_params`` (docs/adr/0017-custom-policy-actors.md):
+    ``builder(obs_dim=, action_dim=, device=, **kwargs)``.
+
+    Naming a builder in the config is the user's consent to import that module.
+    """
+
+    builder: str
+    """``"pkg.module:callable"``, importable in every training process."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """JSON-serialisable keyword arguments of the builder."""
+
+
+def check_actor_config(actor_config: ActorConfig, where: str = "algo_params.actor_config") -> None:
+    """A builder drl can import and kwargs every process and checkpoint can carry.
+
+    Raises:
+        ConfigError: naming the key path ``where``.
+    """
+    if not BUILDER_PATTERN.match(actor_config.builder):
+        raise ConfigError(
+            f"{where}.builder: must look like 'pkg.module:callable', got {actor_config.builder!r}"
+        )
+    check_plain_data(actor_config.kwargs, f"{where}.kwargs")
 
 
 def resolve_builder(spec: ActorSpec) -> Any:

@@ -35,6 +35,45 @@ class RunContext:
     facts: EnvFacts
     stored: Checkpoint | None = None
 
+    def learner_context(self, learner_index: int) -> LearnerContext:
+        """What learner ``learner_index``'s process builds its learner from."""
+        return LearnerContext(
+            spec=self.spec,
+            facts=self.facts,
+            params=self.config.algo_params,
+            gamma=self.config.gamma,
+            total_env_steps=self.config.total_env_steps,
+            learners=self.topology.num_learners,
+            device=self.topology.learner_device,
+            seed=self.config.env.seed + learner_index,
+        )
+
+
+@dataclass(frozen=True)
+class LearnerContext:
+    """Everything one learner is built from, sent once to its process (instead of a dozen
+    arguments re-typed at every layer).
+
+    Attributes:
+        spec: the policy actor the learner builds and optimises.
+        facts: the task's spaces (sizes and action bounds).
+        params: the algorithm's ``algo_params``.
+        gamma: discount.
+        total_env_steps: the run's planned env steps, all learners together (schedules).
+        learners: the learners of the run (data-parallel ones update together).
+        device: ``cpu`` or ``cuda``.
+        seed: this learner's seed (initialisation, sampling).
+    """
+
+    spec: ActorSpec
+    facts: EnvFacts
+    params: Any
+    gamma: float
+    total_env_steps: int
+    learners: int
+    device: str
+    seed: int
+
 
 class RoundLoop(Protocol):
     """The Ray side of one training run: built as ``RoundLoop(run)`` from a ``RunContext``,
@@ -100,6 +139,26 @@ class MemoryNeed:
 
 
 @dataclass(frozen=True)
+class OffPolicy:
+    """What the shared off-policy layer (``drlcli/off_policy/``, ``runtime/off_policy_loop.py``)
+    needs of a replay-based algorithm; its params are ``OffPolicyParams``.
+
+    Attributes:
+        learner: ``"module:callable"``, ``(LearnerContext) -> OffPolicyLearner``: the learner,
+            built in its Ray process (imported there).
+        network_keys: the entries of a learner state that are networks (averaged when a run
+            resumes under another learner count; the rest comes from learner 0).
+    """
+
+    learner: str
+    network_keys: tuple[str, ...]
+
+    def build_learner(self, context: LearnerContext) -> Any:
+        module_name, attribute = self.learner.split(":", 1)
+        return getattr(importlib.import_module(module_name), attribute)(context)
+
+
+@dataclass(frozen=True)
 class Algorithm:
     """What drl needs to know about one algorithm.
 
@@ -132,6 +191,8 @@ class Algorithm:
             whose round loop implements ``ReplaySaving``; None when it cannot.
         memory_needs: ``(params, RunShape) -> [MemoryNeed]``: its large allocations (rollouts,
             replay buffers, networks beyond the policy actor), checked before anything starts.
+        off_policy: for a replay-based algorithm whose round loop is the shared
+            ``OffPolicyRoundLoop``: its learner and network keys; None otherwise.
     """
 
     name: str
@@ -155,6 +216,7 @@ class Algorithm:
     check_actor: Callable[[Any, int, int], None] = lambda actor, obs_dim, action_dim: None
     replay_saving: Callable[[Any], bool] | None = None
     memory_needs: Callable[[Any, RunShape], list[MemoryNeed]] = lambda params, shape: []
+    off_policy: OffPolicy | None = None
 
     def load_round_loop(self) -> type:
         """The ``RoundLoop`` class (imports Ray)."""

@@ -34,7 +34,7 @@ class PPORoundLoop:
         from drlcli.algos.ppo.rollout_actor import MuJoCoActor
         from drlcli.parameter_averaging import average_state_dicts
         from drlcli.runtime.parameter_server import ParameterServer
-        from drlcli.runtime.workers import PPOLearnerWorker
+        from drlcli.runtime.ppo_workers import PPOLearnerWorker
 
         config, topology, spec, facts = run.config, run.topology, run.spec, run.facts
         stored = run.stored

@@ -36,7 +36,7 @@ import torch  # noqa: E402
 from flash_sac_updates import random_learner  # noqa: E402  (this folder: Ray passes it on)
 
 from drlcli.config import Config, load_config  # noqa: E402
-from drlcli.runtime.workers import DataParallelMember, form_data_parallel_group  # noqa: E402
+from drlcli.runtime.off_policy_workers import DataParallelMember, form_data_parallel_group  # noqa: E402
 
 
 class TimedLearner(DataParallelMember):
@@ -45,12 +45,12 @@ class TimedLearner(DataParallelMember):
     def __init__(self, config: Config, learners: int, seed: int) -> None:
         torch.set_num_threads(1)
         # The same networks everywhere, as the round loop starts them; each its own transitions.
-        self.flash_sac_learner, self.replay = random_learner(config, 1_000_000, learners, seed)
+        self.off_policy_learner, self.replay = random_learner(config, 1_000_000, learners, seed)
         self.batch_size = config.algo_params.batch_size
 
     def time_updates(self, updates: int) -> float:
         """Seconds for ``updates`` updates (after 4 untimed ones)."""
-        learner = self.flash_sac_learner
+        learner = self.off_policy_learner
         batches = [
             self.replay.sample(self.batch_size, 1.0, learner.device) for _ in range(updates + 4)
         ]

@@ -21,9 +21,9 @@ import torch
 
 from drlcli.algos.flash_sac.algorithm import flash_sac_actor_spec
 from drlcli.algos.flash_sac.learner import FlashSACLearner
-from drlcli.algos.flash_sac.replay import TransitionReplay
 from drlcli.config import Config, load_config
 from drlcli.envs import env_facts, make_env
+from drlcli.off_policy.replay import TransitionReplay
 
 
 def random_learner(

@@ -11,19 +11,17 @@ it when k runs out or that env's episode ends.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from drlcli.actors.memory import module_memory_bytes
+from drlcli.actors.tanh import TanhAffineExport, squashed_gaussian_log_prob
 from drlcli.algos.flash_sac.layers import FlashSACEncoder, UnitLinear, normalize_module_parameters
 
 LOG_STD_MIN, LOG_STD_MAX = -10.0, 2.0
-_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
 def truncated_zeta_pmf(mu: float, max_steps: int) -> torch.Tensor:
@@ -31,23 +29,6 @@ def truncated_zeta_pmf(mu: float, max_steps: int) -> torch.Tensor:
     steps = torch.arange(1, max_steps + 1, dtype=torch.float64)
     weights = steps.pow(-mu)
     return (weights / weights.sum()).float()
-
-
-def tanh_log_det_jacobian(u: torch.Tensor) -> torch.Tensor:
-    """``log(1 - tanh(u)^2)``, written stably as ``2 (log 2 - u - softplus(-2u))``."""
-    return 2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))
-
-
-class TanhAffineExport(nn.Module):
-    """``obs [B, O] -> bias + range * tanh(mean(obs))``: the deterministic deployed policy."""
-
-    def __init__(self, actor: FlashSACActor) -> None:
-        super().__init__()
-        self.actor = actor
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        mean, _ = self.actor.get_mean_and_std(obs)
-        return self.actor.transform(mean)
 
 
 class FlashSACActor(nn.Module):
@@ -103,14 +84,7 @@ class FlashSACActor(nn.Module):
         self.train(training)  # BatchNorm: batch statistics while training, running otherwise
         mean, std = self.get_mean_and_std(obs)
         u = mean + std * self.sample_noise(mean)
-        z = (u - mean) / std
-        log_prob = (
-            -0.5 * z.square()
-            - std.log()
-            - _HALF_LOG_2PI
-            - tanh_log_det_jacobian(u)
-            - self.action_range.log()
-        ).sum(-1)
+        log_prob = squashed_gaussian_log_prob(u, mean, std, self.action_range)
         return self.transform(u), {"log_prob": log_prob}
 
     @torch.no_grad()

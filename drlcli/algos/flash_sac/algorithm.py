@@ -6,11 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from drlcli.actors.spec import BUILDER_PATTERN, ActorSpec
-from drlcli.algos.algorithm import Algorithm, MemoryNeed, RunShape
+from drlcli.actors.spec import ActorSpec, check_actor_config
+from drlcli.algos.algorithm import Algorithm, MemoryNeed, OffPolicy, RunShape
 from drlcli.algos.flash_sac.cuda_graph import FLASH_SAC_BUILDER, resolve_cuda_graph
-from drlcli.algos.flash_sac.params import ActorConfig, FlashSACParams
-from drlcli.config_fields import check_plain_data
+from drlcli.algos.flash_sac.params import FlashSACParams
 from drlcli.errors import ConfigError
 from drlcli.normalization import reward_scaler_state_problem
 
@@ -42,7 +41,7 @@ def check_params(params: FlashSACParams) -> None:
         )
     if params.actor_config is None:
         return
-    _check_actor_config(params.actor_config)
+    check_actor_config(params.actor_config)
     if params.use_whole_cycle_cuda_graph:
         raise ConfigError(
             "algo_params.use_whole_cycle_cuda_graph: a custom actor (actor_config) cannot run in "
@@ -53,16 +52,6 @@ def check_params(params: FlashSACParams) -> None:
             "algo_params.actor_normalize_parameters: false only applies to the built-in actor; "
             "a custom actor (actor_config) owns normalize_parameters()"
         )
-
-
-def _check_actor_config(actor_config: ActorConfig) -> None:
-    """A builder drl can import and kwargs every process and checkpoint can carry."""
-    where = "algo_params.actor_config"
-    if not BUILDER_PATTERN.match(actor_config.builder):
-        raise ConfigError(
-            f"{where}.builder: must look like 'pkg.module:callable', got {actor_config.builder!r}"
-        )
-    check_plain_data(actor_config.kwargs, f"{where}.kwargs")
 
 
 def _return_scaler_problem(state: Any) -> str | None:
@@ -152,7 +141,7 @@ FLASH_SAC = Algorithm(
     params_type=FlashSACParams,
     builtin_builder=FLASH_SAC_BUILDER,
     actor_spec=flash_sac_actor_spec,
-    round_loop="drlcli.runtime.flash_sac_loop:FlashSACRoundLoop",
+    round_loop="drlcli.runtime.off_policy_loop:OffPolicyRoundLoop",
     learner_state_keys=(
         "actor",
         "critic",
@@ -185,4 +174,8 @@ FLASH_SAC = Algorithm(
     check_resume=critic_problem,
     replay_saving=lambda params: params.save_replay_buffer,
     memory_needs=flash_sac_memory_needs,
+    off_policy=OffPolicy(
+        learner="drlcli.algos.flash_sac.learner:build_flash_sac_learner",
+        network_keys=("actor", "critic", "target_critic", "log_temperature"),
+    ),
 )

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from drlcli.algos.flash_sac.data_parallel import DataParallelGroup
+from drlcli.off_policy.data_parallel import DataParallelGroup
 
 
 class UnitLinear(nn.Module):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -28,10 +28,13 @@ from torch import nn
 from drlcli.actors.spec import ActorSpec, build_policy_actor
 from drlcli.algos.flash_sac.critic import DoubleCategoricalCritic, categorical_td_target
 from drlcli.algos.flash_sac.cuda_graph import resolve_cuda_graph
-from drlcli.algos.flash_sac.data_parallel import DataParallelGroup
 from drlcli.algos.flash_sac.layers import share_batch_statistics
 from drlcli.algos.flash_sac.params import FlashSACParams
 from drlcli.errors import TrainingError
+from drlcli.off_policy.data_parallel import DataParallelGroup
+
+if TYPE_CHECKING:
+    from drlcli.algos.algorithm import LearnerContext
 
 
 def target_entropy(action_dim: int, sigma: float, action_range: torch.Tensor) -> float:
@@ -329,6 +332,28 @@ class FlashSACLearner:
         self.updates = int(state["updates"])
         names = state.get("aux_names")
         self.aux_names = frozenset(names) if names is not None else None
+
+
+def build_flash_sac_learner(context: LearnerContext) -> FlashSACLearner:
+    """The FlashSAC learner of one learner process (``OffPolicy.learner``): its cosine schedules
+    span its share of the run's updates (its transitions times ``updates_per_env_step``)."""
+    params, facts = context.params, context.facts
+    total_updates = math.ceil(
+        context.total_env_steps / context.learners * params.updates_per_env_step
+    )
+    return FlashSACLearner(
+        context.spec,
+        facts.obs_dim,
+        facts.action_dim,
+        facts.action_low.tolist(),
+        facts.action_high.tolist(),
+        params,
+        context.gamma,
+        total_updates,
+        context.device,
+        context.seed,
+        context.learners,
+    )
 
 
 # Replays CUDA graphs: without a GPU no test can run it, so `make mutation` leaves it out

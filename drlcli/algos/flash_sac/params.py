@@ -7,23 +7,9 @@ test keeps the two in step).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
+from drlcli.actors.spec import ActorConfig
 from drlcli.config_fields import in_range, positive
-
-
-@dataclass(frozen=True)
-class ActorConfig:
-    """A custom policy actor (docs/adr/0017-custom-policy-actors.md):
-    ``builder(obs_dim=, action_dim=, device=, **kwargs)``.
-
-    Naming a builder in the config is the user's consent to import that module.
-    """
-
-    builder: str
-    """``"pkg.module:callable"``, importable in every training process."""
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    """JSON-serialisable keyword arguments of the builder."""
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
-"""The learner processes of both algorithms: thin Ray shells around plain learner objects.
+"""The learner processes of the off-policy algorithms (FlashSAC, SAC): thin Ray shells around
+the shared ``OffPolicyCollector`` and the algorithm's own learner, which the process builds from
+one ``LearnerContext``; and the Ray-backed pool of its rollout actors (``EnvStepper``).
 
-Both expose the same state methods under the same names: ``network_state`` /
-``load_network_state`` (what parameter averaging mixes and broadcasts) and ``state_dict`` /
-``load_state_dict`` (everything resume restores).
+Their state methods have the names every learner process has: ``network_state`` /
+``load_network_state`` and ``state_dict`` / ``load_state_dict`` (everything resume restores).
 """
 
 from __future__ import annotations
@@ -12,14 +13,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from drlcli.actors.spec import ActorSpec
-from drlcli.algos.flash_sac.collector import FlashSACCollector
-from drlcli.algos.flash_sac.data_parallel import DataParallelGroup, open_store
-from drlcli.algos.flash_sac.learner import FlashSACLearner
-from drlcli.algos.flash_sac.params import FlashSACParams
-from drlcli.algos.ppo.learner import Learner
-from drlcli.algos.ppo.params import PPOParams
+from drlcli.algos.algorithm import LearnerContext, OffPolicy
 from drlcli.evaluation import EvaluationHost
+from drlcli.off_policy.collector import OffPolicyCollector, OffPolicyLearner
+from drlcli.off_policy.data_parallel import DataParallelGroup, open_store
 from drlcli.runtime.ray_session import (
     WorkerDied,
     get_or_raise,
@@ -27,41 +24,6 @@ from drlcli.runtime.ray_session import (
     worker_error,
 )
 from drlcli.runtime.restarts import RestartCounter
-
-
-class PPOLearnerWorker:
-    """One PPO learner in its own process: add a round's trajectories, train, report."""
-
-    def __init__(
-        self,
-        actor_spec: ActorSpec,
-        obs_dim: int,
-        action_dim: int,
-        params: PPOParams,
-        device: str,
-        seed: int,
-    ) -> None:
-        torch.set_num_threads(1)  # 64x64 networks: more threads only add overhead
-        self.learner = Learner(actor_spec, obs_dim, action_dim, params, device, seed)
-
-    def train_round(
-        self, fraction_done: float, *trajectories: dict[str, np.ndarray]
-    ) -> tuple[dict[str, Any], dict[str, float]]:
-        """ReplayBuffer.add for each trajectory, then Learner.train_step."""
-        self.learner.add(*trajectories)
-        return self.learner.train_step(fraction_done)
-
-    def network_state(self) -> dict[str, Any]:
-        return self.learner.network_state()
-
-    def load_network_state(self, state: dict[str, Any]) -> None:
-        self.learner.load_network_state(state)
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.learner.state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.learner.load_state_dict(state)
 
 
 class RayStepperPool:
@@ -148,10 +110,10 @@ class RayStepperPool:
 
 
 class DataParallelMember:
-    """The Ray-actor methods by which a process holding a FlashSAC learner
-    (``flash_sac_learner``) joins its data-parallel learners (``form_data_parallel_group``)."""
+    """The Ray-actor methods by which a process holding an off-policy learner
+    (``off_policy_learner``) joins its data-parallel learners (``form_data_parallel_group``)."""
 
-    flash_sac_learner: FlashSACLearner
+    off_policy_learner: OffPolicyLearner
     _store: Any = None
 
     def open_data_parallel_store(self) -> tuple[str, int]:
@@ -165,7 +127,7 @@ class DataParallelMember:
     def join_data_parallel(self, rank: int, world_size: int, host: str, port: int) -> None:
         """Join the data-parallel learners (blocks until all joined); from now on every
         update is made with them (data_parallel.py)."""
-        learner = self.flash_sac_learner
+        learner = self.off_policy_learner
         group = DataParallelGroup.join(
             rank, world_size, host, port, learner.device, store=self._store
         )
@@ -182,45 +144,42 @@ def form_data_parallel_group(members: list[Any], roles: dict[str, str] | None = 
     )
 
 
-class FlashSACLearnerWorker(DataParallelMember, EvaluationHost):
-    """One FlashSAC learner in its own process, driving its rollout actors (EnvStepper handles);
-    learner 0 evaluates a run's final policy when the run has no evaluator (EvaluationHost)."""
+class OffPolicyLearnerWorker(DataParallelMember, EvaluationHost):
+    """One off-policy learner in its own process, driving its rollout actors (EnvStepper
+    handles); learner 0 evaluates a run's final policy when the run has no evaluator
+    (EvaluationHost).
+
+    Args:
+        context: what the learner is built from.
+        off_policy: the algorithm's ``OffPolicy`` entry (which learner to build).
+        stepper_handles, num_envs_per_stepper: this learner's rollout actors and their envs.
+        torch_threads: torch threads of this process.
+        restarts: counts this learner's rollout-actor restarts against the run's limit.
+    """
 
     def __init__(
         self,
-        actor_spec: ActorSpec,
+        context: LearnerContext,
+        off_policy: OffPolicy,
         stepper_handles: list[Any],
         num_envs_per_stepper: int,
-        obs_dim: int,
-        action_dim: int,
-        action_low: list[float],
-        action_high: list[float],
-        params: FlashSACParams,
-        gamma: float,
-        total_updates: int,
-        device: str,
-        seed: int,
         torch_threads: int = 1,
         restarts: RestartCounter | None = None,
-        learners: int = 1,
     ) -> None:
-        # Ray would pin this process to one thread; FlashSAC's wider networks gain from more,
-        # and the rollout actors sit mostly idle while the learner updates.
+        # Ray would pin this process to one thread; the learners' networks gain from more, and
+        # the rollout actors sit mostly idle while the learner updates.
         torch.set_num_threads(torch_threads)
         self.restarts = restarts or RestartCounter(0, list(range(len(stepper_handles))))
-        self.collector = FlashSACCollector(
-            actor_spec,
+        facts = context.facts
+        self.collector = OffPolicyCollector(
+            off_policy.build_learner(context),
             RayStepperPool(stepper_handles, num_envs_per_stepper, self.restarts),
-            obs_dim,
-            action_dim,
-            action_low,
-            action_high,
-            params,
-            gamma,
-            total_updates,
-            device,
-            seed,
-            learners,
+            context.params,
+            facts.action_low.tolist(),
+            facts.action_high.tolist(),
+            facts.obs_dim,
+            context.gamma,
+            context.seed,
         )
 
     def run(self, steps: int) -> tuple[dict[str, Any], dict[str, float]]:
@@ -229,7 +188,7 @@ class FlashSACLearnerWorker(DataParallelMember, EvaluationHost):
         return stats, metrics
 
     @property
-    def flash_sac_learner(self) -> FlashSACLearner:  # type: ignore[override]
+    def off_policy_learner(self) -> OffPolicyLearner:  # type: ignore[override]
         return self.collector.learner
 
     def network_state(self) -> dict[str, Any]:

@@ -1,6 +1,6 @@
-"""FlashSAC's off-policy collection: rollout actors that only step environments (``EnvStepper``),
-and ``FlashSACCollector``, the learner's side that chooses every action with
-``learner.actor.explore`` (the one instance it optimises).
+"""The off-policy collection every replay-based algorithm shares: rollout actors that only step
+environments (``EnvStepper``), and ``OffPolicyCollector``, the learner's side that chooses every
+action with ``learner.actor.explore`` (the one policy instance the learner optimises).
 
 Per environment step of a round, in the learner process:
 
@@ -12,25 +12,67 @@ Per environment step of a round, in the learner process:
    buffer): updates and env steps overlap;
 4. receive the steps and add the transitions to the replay buffer.
 
-Plain Python: the runtime gives the collector a Ray-backed pool of env steppers; tests and
-benchmarks give it a local one.
+The algorithm is the learner (``OffPolicyLearner``: FlashSAC's, SAC's); the collector owns the
+replay buffer, the reward scaler, the warm-up and the update-to-data bookkeeping. Plain Python:
+the runtime gives the collector a Ray-backed pool of env steppers; tests and benchmarks give it
+a local one.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
 
-from drlcli.actors.spec import ActorSpec
-from drlcli.algos.flash_sac.env_stepper import EnvStepper
-from drlcli.algos.flash_sac.learner import FlashSACLearner
-from drlcli.algos.flash_sac.params import FlashSACParams
-from drlcli.algos.flash_sac.replay import TransitionReplay
 from drlcli.normalization import RewardScaler
+from drlcli.off_policy.replay import TransitionReplay
+
+if TYPE_CHECKING:
+    from drlcli.off_policy.data_parallel import DataParallelGroup
+    from drlcli.off_policy.env_stepper import EnvStepper
+
+
+class OffPolicyParams(Protocol):
+    """The ``algo_params`` fields the collector reads (each algorithm's params declare them)."""
+
+    batch_size: int  # transitions per update
+    updates_per_env_step: float  # update-to-data ratio
+    buffer_size: int  # replay capacity per learner, in transitions
+    warmup_steps: int  # uniform random actions until this many transitions
+    normalize_rewards: bool  # replayed rewards divided by the reward scaler's divisor
+    normalized_return_max: float  # the largest discounted return magnitude after scaling
+
+
+class OffPolicyLearner(Protocol):
+    """What the collector asks of an off-policy learner."""
+
+    actor: torch.nn.Module  # the policy actor it optimises; explore() chooses the actions
+    device: torch.device
+    data_parallel: DataParallelGroup | None  # the learners it updates together with, if any
+
+    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        """One gradient update on ``{obs, act, rew, next_obs, terminated}`` (rewards scaled);
+        its scalar diagnostics."""
+        ...
+
+    def use_data_parallel(self, group: DataParallelGroup) -> None:
+        """From now on make every update together with the other learners of ``group``."""
+        ...
+
+    def network_state(self) -> dict[str, Any]:
+        """Its networks on the CPU (``OffPolicy.network_keys``): what learners share."""
+        ...
+
+    def load_network_state(self, state: dict[str, Any]) -> None: ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything resume needs: networks, optimisers, counters."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 class EnvStepperPool(Protocol):
@@ -84,46 +126,35 @@ class LocalStepperPool:
             stepper.load_state_dict(state)
 
 
-class FlashSACCollector:
-    """One FlashSAC learner with its replay buffer, reward scaler and env steppers.
+class OffPolicyCollector:
+    """One off-policy learner with its replay buffer, reward scaler and env steppers.
 
     Args:
-        actor_spec, obs_dim, action_dim, action_low, action_high, params, gamma,
-        total_updates, device, seed, learners: the ``FlashSACLearner``'s.
+        learner: the algorithm's learner (built before: its initialisation draws from torch's
+            global stream first).
         steppers: this learner's env steppers.
+        params: the algorithm's params (``OffPolicyParams``).
+        action_low, action_high: the env's bounds, ``[action_dim]`` (the warm-up's actions).
+        obs_dim: observation size.
+        gamma: discount (the reward scaler's returns).
+        seed: of the warm-up's actions and the replay's sampling.
     """
 
     def __init__(
         self,
-        actor_spec: ActorSpec,
+        learner: OffPolicyLearner,
         steppers: EnvStepperPool,
-        obs_dim: int,
-        action_dim: int,
+        params: OffPolicyParams,
         action_low: Sequence[float],
         action_high: Sequence[float],
-        params: FlashSACParams,
+        obs_dim: int,
         gamma: float,
-        total_updates: int,
-        device: str = "cpu",
         seed: int = 0,
-        learners: int = 1,
     ) -> None:
         self.params = params
         self.steppers = steppers
-        self.learner = FlashSACLearner(
-            actor_spec,
-            obs_dim,
-            action_dim,
-            action_low,
-            action_high,
-            params,
-            gamma,
-            total_updates,
-            device,
-            seed,
-            learners,
-        )
-        self.replay = TransitionReplay(params.buffer_size, obs_dim, action_dim, seed)
+        self.learner = learner
+        self.replay = TransitionReplay(params.buffer_size, obs_dim, len(action_low), seed)
         self.obs = steppers.observations()
         self.reward_scaler = RewardScaler(len(self.obs), gamma, params.normalized_return_max)
         self.low = np.asarray(action_low, dtype=np.float32)

@@ -1,9 +1,9 @@
-"""FlashSAC's round loop on Ray: each learner process drives its own rollout actors; several
-learners make every update together (data-parallel, algos/flash_sac/data_parallel.py)."""
+"""The round loop of every off-policy algorithm on Ray (FlashSAC, SAC): each learner process
+drives its own rollout actors; several learners make every update together (data-parallel,
+off_policy/data_parallel.py)."""
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 from typing import Any
@@ -11,33 +11,38 @@ from typing import Any
 import numpy as np
 
 from drlcli.algos.algorithm import RunContext
-from drlcli.algos.flash_sac.resume import learner_states_for, replays_for
+from drlcli.algos.registry import get_algorithm
 from drlcli.atomic import atomic_output
 from drlcli.errors import CheckpointError
 from drlcli.metrics import average_metrics
+from drlcli.off_policy.resume import learner_states_for, replays_for
 from drlcli.runtime.evaluation import evaluator_has_own_process
 from drlcli.runtime.ray_session import actor_id_of, process_resources
 from drlcli.runtime.ray_session import get_or_raise as _get
 from drlcli.runtime.restarts import RestartCounter, restartable_actor_options
 
 
-class FlashSACRoundLoop:
-    """FlashSAC on Ray: each learner process drives its own rollout actors (EnvStepper) and
-    chooses their actions with ``learner.actor.explore``; a round is ``rollout_length`` steps
-    of every env, with updates interleaved. Several learners start from learner 0's networks
-    and stay identical: every update averages their gradients (``param_sync_interval`` is
-    PPO's)."""
+class OffPolicyRoundLoop:
+    """An off-policy algorithm on Ray: each learner process (``OffPolicyLearnerWorker``) drives
+    its own rollout actors (``EnvStepper``) and chooses their actions with
+    ``learner.actor.explore``; a round is ``rollout_length`` steps of every env, with updates
+    interleaved. Several learners start from learner 0's networks and stay identical: every
+    update averages their gradients (``param_sync_interval`` is PPO's)."""
 
     def __init__(self, run: RunContext) -> None:
         import ray
 
-        from drlcli.algos.flash_sac.env_stepper import EnvStepper
-        from drlcli.runtime.workers import FlashSACLearnerWorker, form_data_parallel_group
+        from drlcli.off_policy.env_stepper import EnvStepper
+        from drlcli.runtime.off_policy_workers import (
+            OffPolicyLearnerWorker,
+            form_data_parallel_group,
+        )
 
-        config, topology, spec, facts = run.config, run.topology, run.spec, run.facts
-        stored = run.stored
+        config, topology, stored = run.config, run.topology, run.stored
         self.config, self.topology = config, topology
-        params = config.algo_params
+        self.off_policy = get_algorithm(config.algo).off_policy
+        if self.off_policy is None:
+            raise TypeError(f"{config.algo} declares no off_policy entry for OffPolicyRoundLoop")
         resources = process_resources(topology, evaluator_has_own_process(config, type(self)))
         restartable = restartable_actor_options(config.max_rollout_actor_restarts)
         self.steppers = [
@@ -48,36 +53,26 @@ class FlashSACRoundLoop:
         ]
         # Torch threads per learner process: this machine's cores split among the learners.
         threads_per_learner = max(1, (os.cpu_count() or 1) // topology.num_learners)
-        transitions_per_learner = config.total_env_steps / topology.num_learners
-        total_updates = math.ceil(transitions_per_learner * params.updates_per_env_step)
         self.workers = []
         for learner_index in range(topology.num_learners):
             owned = list(topology.actors_of_learner(learner_index))
-            own = [self.steppers[index] for index in owned]
             self.workers.append(
-                ray.remote(FlashSACLearnerWorker)
+                ray.remote(OffPolicyLearnerWorker)
                 .options(**resources.learner)
                 .remote(
-                    spec,
-                    own,
+                    run.learner_context(learner_index),
+                    self.off_policy,
+                    [self.steppers[index] for index in owned],
                     config.env.num_envs,
-                    facts.obs_dim,
-                    facts.action_dim,
-                    facts.action_low.tolist(),
-                    facts.action_high.tolist(),
-                    params,
-                    config.gamma,
-                    total_updates,
-                    topology.learner_device,
-                    config.env.seed + learner_index,
                     threads_per_learner,
                     RestartCounter(config.max_rollout_actor_restarts, owned),
-                    topology.num_learners,
                 )
             )
         self.roles = {actor_id_of(w): f"learner {i}" for i, w in enumerate(self.workers)}
         if stored is not None:
-            states = learner_states_for(stored.learner_states, len(self.workers))
+            states = learner_states_for(
+                stored.learner_states, len(self.workers), self.off_policy.network_keys
+            )
             loads = [w.load_state_dict.remote(s) for w, s in zip(self.workers, states, strict=True)]
             _get(loads, self.roles)
         else:
@@ -87,8 +82,8 @@ class FlashSACRoundLoop:
             form_data_parallel_group(self.workers, self.roles)
 
     def run_round(self, round_index: int, fraction_done: float) -> tuple[list[dict], dict]:
-        """One round of every worker; the arguments are unused (FlashSAC's schedules count
-        updates, and its learners never need a parameter sync)."""
+        """One round of every worker; the arguments are unused (each learner keeps its own
+        schedule, and data-parallel learners never need a parameter sync)."""
         stats_refs, metric_refs = [], []
         for worker in self.workers:
             stats, metrics = worker.run.options(num_returns=2).remote(self.config.rollout_length)
@@ -99,7 +94,8 @@ class FlashSACRoundLoop:
         return stats, learner_metrics
 
     def checkpoint_parts(self) -> tuple[None, list[dict[str, Any]]]:
-        """No observation statistics (the input BatchNorm normalises); every learner's state."""
+        """No observation statistics (an off-policy actor normalises its inputs itself, if at
+        all: FlashSAC's input BatchNorm); every learner's state."""
         return None, _get([worker.state_dict.remote() for worker in self.workers], self.roles)
 
     def save_replay(self, path: Path) -> None:

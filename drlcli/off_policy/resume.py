@@ -1,11 +1,12 @@
-"""FlashSAC resumed under another learner count (Method.md, "Checkpoints and resume"): pure
-functions from the stored learners' states and replay buffers to the new learners'.
+"""An off-policy run resumed under another learner count (Method.md, "Checkpoints and resume"):
+pure functions from the stored learners' states and replay buffers to the new learners'.
 
-Every new learner starts from the same state: the mean of the stored networks (actor, critics,
-target critics, temperature; BatchNorm statistics included), learner 0's optimisers, and the
-run's totals shared out: the update counter (the schedules' position: the same fraction of the
-run's updates is done), the transitions collected (the warm-up), and the merged reward-scaler
-moments. The stored transitions are pooled in the order they were collected and dealt out.
+Every new learner starts from the same state: the mean of the stored networks (the algorithm's
+``OffPolicy.network_keys``: FlashSAC's actor, critics, target critics, temperature, BatchNorm
+statistics included), learner 0's optimisers, and the run's totals shared out: the update
+counter (the schedules' position: the same fraction of the run's updates is done), the
+transitions collected (the warm-up), and the merged reward-scaler moments. The stored
+transitions are pooled in the order they were collected and dealt out.
 """
 
 from __future__ import annotations
@@ -18,19 +19,19 @@ import numpy as np
 from drlcli.normalization import RmsState, merge_rms_states
 from drlcli.parameter_averaging import average_state_dicts
 
-NETWORKS = ("actor", "critic", "target_critic", "log_temperature")
 
-
-def learner_states_for(states: Sequence[dict[str, Any]], count: int) -> list[dict[str, Any]]:
+def learner_states_for(
+    states: Sequence[dict[str, Any]], count: int, networks: Sequence[str]
+) -> list[dict[str, Any]]:
     """The states of ``count`` learners resuming from ``states`` (unchanged when the count is
-    the same)."""
+    the same); ``networks``: the state entries that are averaged."""
     if len(states) == count:
         return list(states)
     merged = {
         # Optimisers and aux-loss names of learner 0; not its collection (episodes in progress,
         # random streams): the new learners' rollout actors start their episodes afresh.
         **{key: value for key, value in states[0].items() if key != "collection"},
-        **average_state_dicts([{name: state[name] for name in NETWORKS} for state in states]),
+        **average_state_dicts([{name: state[name] for name in networks} for state in states]),
         "updates": round(sum(int(state["updates"]) for state in states) / count),
         "transitions": sum(int(state["transitions"]) for state in states) // count,
         "return_scaler": _merged_return_scaler([state.get("return_scaler") for state in states]),
