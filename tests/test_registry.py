@@ -52,8 +52,8 @@ def _string_constants_of(source: str) -> list[tuple[int, str]]:
 
 
 def test_unknown_algorithm_lists_the_known_ones():
-    with pytest.raises(ConfigError, match=r"algo: unknown algorithm 'sac'; choose one of: "):
-        get_algorithm("sac")
+    with pytest.raises(ConfigError, match=r"algo: unknown algorithm 'a2c'; choose one of: "):
+        get_algorithm("a2c")
     with pytest.raises(ConfigError, match="unknown algorithm None"):
         get_algorithm(None)
 

@@ -20,8 +20,9 @@ from drlcli.errors import ConfigError
 def _registered() -> dict[str, Algorithm]:
     from drlcli.algos.flash_sac.algorithm import FLASH_SAC
     from drlcli.algos.ppo.algorithm import PPO
+    from drlcli.algos.sac.algorithm import SAC
 
-    return {algorithm.name: algorithm for algorithm in (PPO, FLASH_SAC)}
+    return {algorithm.name: algorithm for algorithm in (PPO, FLASH_SAC, SAC)}
 
 
 ALGORITHMS: dict[str, Algorithm] = _registered()

@@ -1,0 +1,255 @@
+"""The SAC learner: one update of the twin Q networks, the actor and the temperature
+(Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications", algorithm 1).
+
+One call of ``update(batch)`` on ``(s, a, r, s', terminated)``:
+
+    critic:  a' ~ pi(.|s'),
+             y = r + gamma (1 - terminated) (min_j Q'_j(s', a') - alpha log pi(a'|s'))
+             L_Q = sum_j E[(Q_j(s, a) - y)^2]
+    actor (``actor_update_period`` steps every ``actor_update_period`` updates), a~ ~ pi(.|s):
+             L_pi = E[alpha log pi(a~|s) - min_j Q_j(s, a~)] + sum(aux_losses)
+    temperature (``autotune_temperature``):
+             L_alpha = E[-alpha (log pi(a~|s) + H_target)]
+             H_target = -target_entropy_scale * A + sum_i log range_i
+    targets: theta'_j <- (1 - tau) theta'_j + tau theta_j
+
+alpha = exp(log alpha); the Q networks are frozen while the actor steps (its gradient reaches
+the actor only).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from drlcli.actors.spec import ActorSpec, build_policy_actor
+from drlcli.algos.sac.critic import TwinQ
+from drlcli.algos.sac.params import SACParams
+from drlcli.errors import TrainingError
+
+if TYPE_CHECKING:
+    from drlcli.algos.algorithm import LearnerContext
+    from drlcli.off_policy.data_parallel import DataParallelGroup
+
+
+def sac_target_entropy(action_range: torch.Tensor, scale: float = 1.0) -> float:
+    """``-scale * A`` (the paper's target for actions in [-1, 1]) plus ``sum_i log range_i``:
+    the same target for the actions rescaled onto the env's bounds."""
+    return -scale * action_range.numel() + float(torch.log(action_range.clamp(min=1e-6)).sum())
+
+
+def soft_q_target(
+    next_q: torch.Tensor,
+    next_log_prob: torch.Tensor,
+    rewards: torch.Tensor,
+    terminated: torch.Tensor,
+    gamma: float,
+    alpha: torch.Tensor,
+) -> torch.Tensor:
+    """``y [B] = r + gamma (1 - terminated) (min_j Q'_j - alpha log pi)``, with ``next_q [2, B]``
+    the target networks' values at ``(s', a')`` and ``next_log_prob [B]`` that of ``a'``."""
+    soft_value = next_q.min(dim=0).values - alpha * next_log_prob
+    return rewards + gamma * (1.0 - terminated) * soft_value
+
+
+def _adam(parameters: Iterable[nn.Parameter], learning_rate: float) -> torch.optim.Adam:
+    parameters = list(parameters)
+    fused = True if parameters[0].device.type in ("cpu", "cuda") else None
+    return torch.optim.Adam(parameters, learning_rate, fused=fused)
+
+
+class SACLearner:
+    """Owns ``learner.actor`` (the one policy instance), the Q networks and their targets, the
+    temperature and the three optimisers.
+
+    Args:
+        actor_spec: built-in or custom (``actor_config``) actor.
+        obs_dim, action_dim: sizes.
+        action_low, action_high: env bounds ``[A]`` (the entropy target).
+        params: SAC hyper-parameters.
+        gamma: discount.
+        device, seed: torch device; seed of initialisation and sampling.
+    """
+
+    def __init__(
+        self,
+        actor_spec: ActorSpec,
+        obs_dim: int,
+        action_dim: int,
+        action_low: Any,
+        action_high: Any,
+        params: SACParams,
+        gamma: float,
+        device: str = "cpu",
+        seed: int = 0,
+    ) -> None:
+        torch.manual_seed(seed)
+        self.params, self.gamma = params, gamma
+        self.device = torch.device(device)
+        self.actor = build_policy_actor(
+            actor_spec, obs_dim, action_dim, self.device, action_low, action_high
+        )
+        self.critic = TwinQ(obs_dim, action_dim, params.hidden_sizes).to(self.device)
+        self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
+        self.log_temperature = nn.Parameter(
+            torch.tensor(math.log(params.initial_temperature), device=self.device)
+        )
+        action_range = (torch.as_tensor(action_high) - torch.as_tensor(action_low)).float() / 2
+        self.target_entropy = sac_target_entropy(action_range, params.target_entropy_scale)
+        self.actor_optimizer = _adam(self.actor.parameters(), params.policy_learning_rate)
+        self.critic_optimizer = _adam(self.critic.parameters(), params.q_learning_rate)
+        self.temperature_optimizer = _adam([self.log_temperature], params.policy_learning_rate)
+        self.updates = 0
+        self.aux_names: frozenset[str] | None = None
+        self.data_parallel: DataParallelGroup | None = None
+
+    @property
+    def temperature(self) -> torch.Tensor:
+        return self.log_temperature.exp()
+
+    def use_data_parallel(self, group: DataParallelGroup) -> None:
+        """From now on average every gradient with the other learners of ``group`` before each
+        optimiser step (they must hold the same networks and optimiser states when they start)."""
+        self.data_parallel = group
+
+    def _step(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.data_parallel is not None:
+            self.data_parallel.average_gradients(
+                [p for group in optimizer.param_groups for p in group["params"]]
+            )
+        optimizer.step()
+
+    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        """One SAC update on a sampled batch ``{obs, act, rew, next_obs, terminated}`` (rewards
+        already scaled). Returns the scalar diagnostics of this update."""
+        p = self.params
+        obs, act = batch["obs"], batch["act"]
+        with torch.no_grad():
+            next_actions, info = self.actor(batch["next_obs"], training=False)
+            target = soft_q_target(
+                self.target_critic(batch["next_obs"], next_actions),
+                info["log_prob"],
+                batch["rew"],
+                batch["terminated"],
+                self.gamma,
+                self.temperature,
+            )
+        q = self.critic(obs, act)
+        critic_loss = (q - target).square().mean(dim=1).sum()
+        self._step(self.critic_optimizer, critic_loss)
+        metrics = {"Loss/critic": critic_loss.detach(), "q_mean": q.detach().mean()}
+        if self.updates % p.actor_update_period == 0:
+            for _ in range(p.actor_update_period):
+                metrics.update(self._update_actor_and_temperature(obs))
+        with torch.no_grad():
+            for target_param, param in zip(
+                self.target_critic.parameters(), self.critic.parameters(), strict=True
+            ):
+                target_param.lerp_(param, p.target_tau)
+        self.updates += 1
+        values = {name: float(value) for name, value in metrics.items()}
+        non_finite = [f"{name} {v}" for name, v in values.items() if not math.isfinite(v)]
+        if non_finite:
+            raise TrainingError(
+                f"SAC update {self.updates}: {', '.join(non_finite)} is not finite; lower "
+                "algo_params.q_learning_rate or check the environment's rewards"
+            )
+        return values
+
+    def _update_actor_and_temperature(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
+        actions, info = self.actor(obs, training=True)
+        log_prob = info["log_prob"]
+        aux_losses: dict[str, torch.Tensor] = info.get("aux_losses") or {}
+        names = frozenset(aux_losses)
+        if self.aux_names is None:
+            self.aux_names = names
+        elif names != self.aux_names:
+            raise TrainingError(
+                f"the actor's aux_losses changed from {sorted(self.aux_names)} to {sorted(names)}; "
+                "the set of auxiliary losses must stay the same during training"
+            )
+        self.critic.requires_grad_(False)  # gradients reach the actor only
+        q = self.critic(obs, actions).min(dim=0).values
+        self.critic.requires_grad_(True)
+        alpha = self.temperature.detach()
+        actor_loss = (alpha * log_prob - q).mean()
+        total = actor_loss + sum(aux_losses.values(), torch.zeros((), device=obs.device))
+        self._step(self.actor_optimizer, total)
+        metrics = {
+            "Loss/actor": actor_loss.detach(),
+            "entropy": -log_prob.detach().mean(),
+            "temperature": alpha,
+        }
+        if self.params.autotune_temperature:
+            temperature_loss = (
+                -self.temperature * (log_prob.detach() + self.target_entropy)
+            ).mean()
+            self._step(self.temperature_optimizer, temperature_loss)
+            metrics["Loss/temperature"] = temperature_loss.detach()
+        metrics.update({f"Loss/aux_{name}": value.detach() for name, value in aux_losses.items()})
+        return metrics
+
+    # --- state ----------------------------------------------------------------------------
+
+    def network_state(self) -> dict[str, Any]:
+        """Parameters of every network on the CPU, and the temperature: what learners share."""
+
+        def cpu(module: nn.Module) -> dict[str, torch.Tensor]:
+            return {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
+
+        return {
+            "actor": cpu(self.actor),
+            "critic": cpu(self.critic),
+            "target_critic": cpu(self.target_critic),
+            "log_temperature": self.log_temperature.detach().cpu().clone(),
+        }
+
+    def load_network_state(self, state: dict[str, Any]) -> None:
+        self.actor.load_state_dict(state["actor"])
+        self.critic.load_state_dict(state["critic"])
+        self.target_critic.load_state_dict(state["target_critic"])
+        with torch.no_grad():
+            self.log_temperature.copy_(state["log_temperature"])
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything resume needs: networks, optimisers, the update counter, aux-loss names."""
+        return {
+            **self.network_state(),
+            "actor_optimizer": self.actor_optimizer.state_dict(),
+            "critic_optimizer": self.critic_optimizer.state_dict(),
+            "temperature_optimizer": self.temperature_optimizer.state_dict(),
+            "updates": self.updates,
+            "aux_names": sorted(self.aux_names) if self.aux_names is not None else None,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.load_network_state(state)
+        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
+        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        self.temperature_optimizer.load_state_dict(state["temperature_optimizer"])
+        self.updates = int(state["updates"])
+        names = state.get("aux_names")
+        self.aux_names = frozenset(names) if names is not None else None
+
+
+def build_sac_learner(context: LearnerContext) -> SACLearner:
+    """The SAC learner of one learner process (``OffPolicy.learner``)."""
+    facts = context.facts
+    return SACLearner(
+        context.spec,
+        facts.obs_dim,
+        facts.action_dim,
+        facts.action_low.tolist(),
+        facts.action_high.tolist(),
+        context.params,
+        context.gamma,
+        context.device,
+        context.seed,
+    )
