@@ -109,7 +109,7 @@ class PolicyEvaluator:
 
 
 class EvaluationHost:
-    """Mixin of a training process class (PPO's rollout actor, FlashSAC's learner worker) that
+    """Mixin of a training process class (PPO's rollout actor, the off-policy learner worker) that
     can also evaluate, in its own process: a round loop offers one such process to the driver
     (``EvaluationHosting``), and a run without periodic evaluation evaluates its final policy
     there instead of starting an evaluator process (seconds of CPU, torch's import, for one

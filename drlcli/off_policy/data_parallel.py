@@ -1,12 +1,14 @@
-"""FlashSAC's data-parallel learners: K learners, each with its own rollout actors and replay
-buffer, make every update together, as one learner would on their K batches concatenated.
+"""Data-parallel off-policy learners (FlashSAC's, SAC's): K learners, each with its own rollout
+actors and replay buffer, make every update together, as one learner would on their K batches
+concatenated.
 
 - **Gradients**: the optimiser steps first average their gradients over the learners: one
   all-reduce for the actor (with its aux losses) and the temperature, one for the critic.
-- **BatchNorm**: a FlashSAC BatchNorm layer in training mode normalises with the statistics of
-  all K batches: the sums it needs are all-reduced inside the forward pass (one all-reduce per
-  layer), differentiably, so the gradients of the statistics reach every learner's inputs. The
-  running statistics, updated from the same numbers everywhere, stay identical.
+- **BatchNorm** (FlashSAC's networks): a FlashSAC BatchNorm layer in training mode normalises
+  with the statistics of all K batches: the sums it needs are all-reduced inside the forward
+  pass (one all-reduce per layer), differentiably, so the gradients of the statistics reach
+  every learner's inputs. The running statistics, updated from the same numbers everywhere,
+  stay identical.
 - **When updates start**: the learners agree (all must be ready), so each one calls the same
   collectives in the same order.
 

@@ -1,4 +1,4 @@
-"""FlashSAC's rollout actor: environments stepped with the actions the learner chose.
+"""The off-policy rollout actor: environments stepped with the actions the learner chose.
 
 Numpy and the environments only: a stepper process does not import torch (seconds of start-up
 and hundreds of MB per process saved; a restarted stepper is back sooner).
@@ -16,7 +16,7 @@ from drlcli.envs import EnvBatch
 
 
 class EnvStepper:
-    """Rollout actor ``actor_id`` of FlashSAC: ``num_envs`` environments and no policy (the
+    """Rollout actor ``actor_id`` of an off-policy run: ``num_envs`` environments and no policy (the
     learner chooses its actions)."""
 
     def __init__(self, actor_id: int, env_config: EnvConfig) -> None:

@@ -1,4 +1,4 @@
-"""FlashSAC's replay of transitions: a ring buffer of plain arrays, sampled uniformly."""
+"""The off-policy replay of transitions: a ring buffer of plain arrays, sampled uniformly."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import torch
 
 
 class TransitionReplay:
-    """FlashSAC's replay buffer: uniform replay of transitions ``(s, a, r, s', terminated)``, a
-    numpy ring buffer living with the learner. (PPO's on-policy ``ReplayBuffer`` holds one
-    round's trajectories instead.)"""
+    """The off-policy replay buffer (FlashSAC's, SAC's): uniform replay of transitions
+    ``(s, a, r, s', terminated)``, a numpy ring buffer living with the learner. (PPO's
+    on-policy ``ReplayBuffer`` holds one round's trajectories instead.)"""
 
     def __init__(self, capacity: int, obs_dim: int, action_dim: int, seed: int = 0) -> None:
         self.capacity = capacity

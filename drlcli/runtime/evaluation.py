@@ -34,7 +34,7 @@ def evaluator_has_own_process(config: Config, round_loop: type) -> bool:
 
 class EvaluationRunner:
     """The evaluations of a run, in one ``PolicyEvaluator`` of their own Ray actor, or in a
-    process of the round loop (``EvaluationHosting``: PPO's rollout actor 0, FlashSAC's learner
+    process of the round loop (``EvaluationHosting``: PPO's rollout actor 0, an off-policy learner
     0) when the run has no periodic evaluation and only its final policy is evaluated. An
     evaluation carries no state: when its process dies and Ray restarts it (the evaluator and a
     rollout actor, as often as a rollout actor), the evaluation is redone; a learner that dies

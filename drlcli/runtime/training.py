@@ -100,8 +100,8 @@ def train(
     Args:
         address: Ray cluster address; None starts (and stops) a local Ray.
         resume: a checkpoint to continue from (its actor semantics must match ``config``).
-        resume_replay: also refill FlashSAC's replay buffer from ``<resume stem>_replay.npz``
-            (written with ``algo_params.save_replay_buffer: true``).
+        resume_replay: also refill an off-policy run's replay buffer from
+            ``<resume stem>_replay.npz`` (written with ``algo_params.save_replay_buffer: true``).
         quiet: one plain log line per round instead of the progress bar.
         devices: override hardware detection (tests).
         metrics_sinks: where every metrics row also goes, after the CSV (``MetricsSink``): one
