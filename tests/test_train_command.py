@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -180,17 +181,25 @@ def kill_session(session: int) -> None:
                 process.kill()
 
 
+def _row_count(path) -> int:
+    """Rows in a metrics CSV being written (0 before it exists)."""
+    try:
+        return max(0, len(Path(path).read_text().splitlines()) - 1)
+    except FileNotFoundError:
+        return 0
+
+
 def test_kill_9_at_random_moments_never_loses_a_checkpoint_or_a_metrics_row(
     tiny_config, ray_cluster
 ):
     """``kill -9`` of ``drl train`` (no handler runs) at random moments, several times, each
     time resuming from the latest checkpoint: both checkpoints always load, the env-step counter
     never goes back, and the final CSV has every round exactly once."""
-    rounds, steps_per_round = 20, 128  # each trial below trains a few rounds at most (<= 4)
+    rounds, steps_per_round = 20, 128  # each trial below writes 1-3 rows before its kill
     path = tiny_config("killed", total=steps_per_round * rounds)
     config = load_config(path)
     rng = random.Random(20261130)
-    resumed_from = []
+    resumed_from = [0]
     for trial in range(3):
         command = ["train", "--quiet", str(path)]
         if trial > 0:
@@ -203,15 +212,19 @@ def test_kill_9_at_random_moments_never_loses_a_checkpoint_or_a_metrics_row(
             start_new_session=True,
         )
         try:
-            start = time.monotonic()
+            # Counted in rounds, not seconds: however fast this machine trains, no trial reaches
+            # the end of the run before its kill.
+            target_rows = resumed_from[-1] + rng.randint(1, 3)
             written = config.checkpoint_path.stat().st_mtime_ns if trial > 0 else 0
+            start = time.monotonic()
             while time.monotonic() - start < 120 and process.poll() is None:
                 checkpoint = config.checkpoint_path
-                if checkpoint.exists() and checkpoint.stat().st_mtime_ns != written:
-                    break  # this process has written a checkpoint
-                time.sleep(0.01)
+                wrote = checkpoint.exists() and checkpoint.stat().st_mtime_ns != written
+                if wrote and _row_count(config.metrics_path) >= target_rows:
+                    break  # this process has written a checkpoint and its rows
+                time.sleep(0.002)
             assert process.poll() is None, process.stderr.read()
-            time.sleep(rng.uniform(0.0, 1.0))  # somewhere in a round, a write, a Ray call
+            time.sleep(rng.uniform(0.0, 0.05))  # somewhere in a round, a write, a Ray call
             process.kill()
             process.wait(timeout=30)
         finally:
@@ -222,6 +235,7 @@ def test_kill_9_at_random_moments_never_loses_a_checkpoint_or_a_metrics_row(
         assert latest.progress.env_steps == latest.progress.round * steps_per_round
         resumed_from.append(latest.progress.round)
     assert resumed_from == sorted(resumed_from) and resumed_from[-1] < rounds
+    assert resumed_from[-1] > 0  # the trials did train (and checkpoint) something
 
     summary = train(config, resume=config.checkpoint_path, quiet=True)
     assert summary.rounds == rounds
