@@ -290,3 +290,47 @@ def test_a_run_writes_every_row_to_an_extra_sink_and_survives_one_that_fails(
             assert (written[column] == "") if value is None else (float(written[column]) == value)
     assert recording.closed
     assert console.export_text().count("warning: metrics sink broken failed") == 1
+
+
+class StopAt:
+    """A stop rule that ends the run once ``round`` rounds are trained; it keeps what it saw."""
+
+    def __init__(self, rounds: int, reason: str = "target reached") -> None:
+        self.rounds, self.reason = rounds, reason
+        self.seen: list[int] = []
+
+    def after_round(self, row):
+        self.seen.append(int(row["round"]))
+        return self.reason if row["round"] >= self.rounds else None
+
+
+def test_the_first_stop_rule_with_a_reason_ends_the_run_in_order():
+    from drlcli.runtime.stop import first_stop_reason
+
+    late, early, never = StopAt(3, "late"), StopAt(2, "early"), StopAt(99)
+    rules = [never, late, early]
+    assert first_stop_reason(rules, {"round": 1}) is None
+    assert first_stop_reason(rules, {"round": 2}) == "early"
+    assert first_stop_reason(rules, {"round": 3}) == "late"  # the first in order wins
+    assert never.seen == [1, 2, 3] and early.seen == [1, 2]  # later rules wait their turn
+
+
+def test_a_stop_rule_ends_a_run_as_finished_and_resume_goes_on(tiny_config, ray_cluster):
+    from rich.console import Console
+
+    from drlcli.config import load_config
+    from drlcli.metrics import read_metrics
+    from drlcli.runtime.training import train
+
+    config = load_config(tiny_config("stop_rule", total=384))  # 3 rounds planned
+    rule = StopAt(2, "pruned by the search")
+    console = Console(record=True, width=200)
+    summary = train(config, quiet=True, console=console, stop_rules=[rule], devices=NO_GPU)
+    assert summary.rounds == 2 and summary.stopped_early == "pruned by the search"
+    assert "stopping after round 2: pruned by the search" in console.export_text()
+    assert rule.seen == [1, 2] and len(read_metrics(summary.metrics_path)) == 2
+    assert read_checkpoint(config.checkpoint_path).progress.round == 2
+    assert summary.final_evaluation is not None  # a finished run: evaluated as any other
+    resumed = train(config, quiet=True, resume=config.checkpoint_path, devices=NO_GPU)
+    assert resumed.rounds == 3 and resumed.stopped_early is None
+    assert [row["round"] for row in read_metrics(config.metrics_path)] == ["1", "2", "3"]

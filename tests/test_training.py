@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from drlcli.algos.algorithm import RunContext
+from drlcli.algos.algorithm import RoundPlan, RunContext
 from drlcli.algos.ppo.algorithm import gaussian_actor_spec
 from drlcli.audit import audit_checkpoint
 from drlcli.checkpoint import load_payload, read_checkpoint, validate_actor_semantics
@@ -163,9 +163,10 @@ def test_learners_sample_with_own_parameters_between_syncs_and_average_on_sync(t
 
     facts = env_facts(make_env(config.env.id))
     spec = gaussian_actor_spec(config.algo_params, facts.action_low, facts.action_high)
-    loop = PPORoundLoop(RunContext(config, topology, spec, facts))
+    plan = RoundPlan(total_rounds=4, steps_per_round=4 * 2 * 64)
+    loop = PPORoundLoop(RunContext(config, topology, spec, facts, plan))
     try:
-        _, metrics = loop.run_round(0, fraction_done=0.0)  # not a sync round
+        _, metrics = loop.run_round(0)  # not a sync round
         assert metrics["buffer_size"] == 4 * 128  # summed over both learners
         trained = ray.get(loop.last_trained_refs)
         held = [ray.get(learner.network_state.remote()) for learner in loop.learners]
@@ -179,7 +180,7 @@ def test_learners_sample_with_own_parameters_between_syncs_and_average_on_sync(t
                 trained[learner_index]["actor"][weight], held[learner_index]["actor"][weight]
             )
 
-        loop.run_round(1, fraction_done=0.25)  # sync round: (1 + 1) % 2 == 0
+        loop.run_round(1)  # sync round: (1 + 1) % 2 == 0
         trained = ray.get(loop.last_trained_refs)
         expected = {
             part: {name: (trained[0][part][name] + trained[1][part][name]) / 2 for name in tensors}
@@ -304,7 +305,8 @@ def test_resume_under_another_learner_count_starts_from_the_mean_and_learner_0s_
     topology = topology_for_config(resumed, NO_GPU)
     facts = env_facts(make_env(resumed.env.id))
     spec = gaussian_actor_spec(resumed.algo_params, facts.action_low, facts.action_high)
-    loop = PPORoundLoop(RunContext(resumed, topology, spec, facts, stored))
+    plan = RoundPlan(8, 256, stored.progress.round, stored.progress.env_steps)
+    loop = PPORoundLoop(RunContext(resumed, topology, spec, facts, plan, stored))
     try:
         states = ray.get([learner.state_dict.remote() for learner in loop.learners])
     finally:

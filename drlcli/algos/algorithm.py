@@ -18,6 +18,24 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class RoundPlan:
+    """The rounds a run trains: up to ``total_rounds`` (counted across resumes), each of
+    ``steps_per_round`` env steps (all rollout actors together), from ``start_round`` and
+    ``start_env_steps`` (a resumed run's; 0 for a fresh one)."""
+
+    total_rounds: int
+    steps_per_round: int
+    start_round: int = 0
+    start_env_steps: int = 0
+
+    @property
+    def planned_env_steps(self) -> int:
+        """The env steps the run has trained when its last round ends."""
+        remaining_rounds = self.total_rounds - self.start_round
+        return self.start_env_steps + remaining_rounds * self.steps_per_round
+
+
+@dataclass(frozen=True)
 class RunContext:
     """What a run's round loop is built from, decided by the driver before any process starts.
 
@@ -26,6 +44,7 @@ class RunContext:
         topology: learners, their device and the rollout actors of each.
         spec: the policy actor every process builds.
         facts: the task's spaces.
+        plan: the rounds this run trains (learners keep their schedules by it).
         stored: the checkpoint resumed from, or None.
     """
 
@@ -33,6 +52,7 @@ class RunContext:
     topology: TrainingTopology
     spec: ActorSpec
     facts: EnvFacts
+    plan: RoundPlan
     stored: Checkpoint | None = None
 
     def learner_context(self, learner_index: int) -> LearnerContext:
@@ -79,11 +99,9 @@ class RoundLoop(Protocol):
     """The Ray side of one training run: built as ``RoundLoop(run)`` from a ``RunContext``,
     then driven by the run loop in ``runtime/training.py`` one round at a time."""
 
-    def run_round(
-        self, round_index: int, fraction_done: float
-    ) -> tuple[list[dict[str, Any]], dict[str, float]]:
+    def run_round(self, round_index: int) -> tuple[list[dict[str, Any]], dict[str, float]]:
         """One round: ``(rollout stats per rollout actor or learner, learner metrics averaged
-        over learners)``. ``fraction_done``: env steps before this round over the run's total."""
+        over learners)``. Each learner keeps its own schedules (the run's ``RoundPlan``)."""
         ...
 
     def checkpoint_parts(self) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:

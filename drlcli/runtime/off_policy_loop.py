@@ -81,9 +81,9 @@ class OffPolicyRoundLoop:
         if len(self.workers) > 1:
             form_data_parallel_group(self.workers, self.roles)
 
-    def run_round(self, round_index: int, fraction_done: float) -> tuple[list[dict], dict]:
-        """One round of every worker; the arguments are unused (each learner keeps its own
-        schedule, and data-parallel learners never need a parameter sync)."""
+    def run_round(self, round_index: int) -> tuple[list[dict], dict]:
+        """One round of every worker (each learner keeps its own schedule; data-parallel
+        learners never need a parameter sync)."""
         stats_refs, metric_refs = [], []
         for worker in self.workers:
             stats, metrics = worker.run.options(num_returns=2).remote(self.config.rollout_length)

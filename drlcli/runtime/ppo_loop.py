@@ -53,6 +53,7 @@ class PPORoundLoop:
                 params,
                 topology.learner_device,
                 config.env.seed,
+                run.plan,
             )
             for _ in range(topology.num_learners)
         ]
@@ -94,12 +95,8 @@ class PPORoundLoop:
             self.obs_rms_ref = self._warm_up_observations(steps)
         self.last_trained_refs: list[Any] = []
 
-    def run_round(self, round_index: int, fraction_done: float) -> tuple[list[dict], dict]:
-        """Sample, merge statistics, train, sync. Returns (rollout stats, learner metrics).
-
-        ``fraction_done``: env steps trained before this round over the run's total (the
-        learning-rate schedule).
-        """
+    def run_round(self, round_index: int) -> tuple[list[dict], dict]:
+        """Sample, merge statistics, train, sync. Returns (rollout stats, learner metrics)."""
         config, topology = self.config, self.topology
         obs_rms_ref = self.obs_rms_ref
         sampling = [self._sample(index, obs_rms_ref) for index in range(topology.num_actors)]
@@ -120,9 +117,7 @@ class PPORoundLoop:
         state_refs, metric_refs = [], []
         for learner_index, learner in enumerate(self.learners):
             own = [trajectory_refs[a] for a in self.topology.actors_of_learner(learner_index)]
-            state_ref, metric_ref = learner.train_round.options(num_returns=2).remote(
-                fraction_done, *own
-            )
+            state_ref, metric_ref = learner.train_round.options(num_returns=2).remote(*own)
             state_refs.append(state_ref)
             metric_refs.append(metric_ref)
         learner_metrics = average_metrics(_get(metric_refs, self.roles))

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from drlcli.actors.spec import ActorSpec
+from drlcli.algos.algorithm import RoundPlan
 from drlcli.algos.ppo.learner import Learner
 from drlcli.algos.ppo.params import PPOParams
 
@@ -29,16 +30,18 @@ class PPOLearnerWorker:
         params: PPOParams,
         device: str,
         seed: int,
+        plan: RoundPlan,
     ) -> None:
         torch.set_num_threads(1)  # 64x64 networks: more threads only add overhead
-        self.learner = Learner(actor_spec, obs_dim, action_dim, params, device, seed)
+        self.learner = Learner(actor_spec, obs_dim, action_dim, params, device, seed, plan=plan)
 
     def train_round(
-        self, fraction_done: float, *trajectories: dict[str, np.ndarray]
+        self, *trajectories: dict[str, np.ndarray]
     ) -> tuple[dict[str, Any], dict[str, float]]:
-        """ReplayBuffer.add for each trajectory, then Learner.train_step."""
+        """ReplayBuffer.add for each trajectory, then Learner.train_step (at the position of
+        the learner's own schedule)."""
         self.learner.add(*trajectories)
-        return self.learner.train_step(fraction_done)
+        return self.learner.train_step()
 
     def network_state(self) -> dict[str, Any]:
         return self.learner.network_state()

@@ -1,12 +1,14 @@
-"""Stop requests of a run: Ctrl-C and SIGTERM (``StopRequest``), checked by the run loop between
-rounds."""
+"""Stop requests of a run, checked by the run loop between rounds: Ctrl-C and SIGTERM
+(``StopRequest``: the run stops with ``TrainingStopped``), and the caller's stop rules
+(``StopRule``: a search's pruner, a target reached; the run ends early as a finished run)."""
 
 from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rich.console import Console
 
@@ -65,3 +67,21 @@ class StopRequest:
             signal.signal(number, previous)
         if self._notice is not None:  # the notice comes before whatever the caller prints next
             self._notice.join(timeout=5)
+
+
+class StopRule(Protocol):
+    """A reason to end a run early, judged on each round's metrics row once the row and the
+    round's checkpoint are written."""
+
+    def after_round(self, row: Mapping[str, Any]) -> str | None:
+        """Why the run should end after this round (one line), or None to go on."""
+        ...
+
+
+def first_stop_reason(rules: Sequence[StopRule], row: Mapping[str, Any]) -> str | None:
+    """The first of ``rules`` (in order) that ends the run after ``row``'s round, by its reason;
+    every rule sees every row until then."""
+    for rule in rules:
+        if (reason := rule.after_round(row)) is not None:
+            return reason
+    return None

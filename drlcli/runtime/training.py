@@ -28,6 +28,7 @@ from drlcli.algos.algorithm import (
     Algorithm,
     EvaluationHosting,
     ReplaySaving,
+    RoundPlan,
     RunContext,
     RunShape,
 )
@@ -65,7 +66,7 @@ from drlcli.runtime.probe import ProbedActor, probe_actor
 from drlcli.runtime.progress import TrainingProgress
 from drlcli.runtime.ray_session import process_resources, ray_session
 from drlcli.runtime.sinks import MetricsSink, MetricsSinks
-from drlcli.runtime.stop import StopRequest
+from drlcli.runtime.stop import StopRequest, StopRule, first_stop_reason
 from drlcli.topology import AvailableDevices, detect_available_devices
 from drlcli.topology import topology_for_config as resolve_for
 
@@ -82,6 +83,7 @@ class TrainingSummary:
     metrics_path: Path
     best_criterion: str = BEST_BY_TRAINING_RETURN  # what best_return measures
     final_evaluation: EvaluationResult | None = None  # of the final policy
+    stopped_early: str | None = None  # the reason a stop rule ended the run before its plan
 
 
 def train(
@@ -94,6 +96,7 @@ def train(
     console: Console | None = None,
     devices: AvailableDevices | None = None,
     metrics_sinks: Sequence[MetricsSink] = (),
+    stop_rules: Sequence[StopRule] = (),
 ) -> TrainingSummary:
     """Train ``config`` end to end; returns what was written.
 
@@ -106,6 +109,9 @@ def train(
         devices: override hardware detection (tests).
         metrics_sinks: where every metrics row also goes, after the CSV (``MetricsSink``): one
             that fails warns once in one line and is left out; the run goes on.
+        stop_rules: judge each round's row once it is written (``StopRule``); the first that
+            gives a reason ends the run there, with its final evaluation, as a finished run
+            (``TrainingSummary.stopped_early``) that ``resume`` can continue.
     """
     console = console or Console()
     algorithm = get_algorithm(config.algo)
@@ -210,15 +216,15 @@ def train(
             evaluator = EvaluationRunner(
                 config, actor.spec, resources.rollout_actor, progress.env_steps
             )
-            run = RunContext(config, topology, actor.spec, facts, stored)
-            plan = RoundPlan(total_rounds, steps_per_round)
+            plan = RoundPlan(total_rounds, steps_per_round, progress.round, progress.env_steps)
+            run = RunContext(config, topology, actor.spec, facts, plan, stored)
             return _run(
                 algorithm,
                 run,
                 actor,
                 progress,
-                plan,
                 sinks=sinks,
+                stop_rules=stop_rules,
                 evaluator=evaluator,
                 replay_file=replay_file,
                 quiet=quiet,
@@ -289,23 +295,14 @@ def _load_for_resume(
     return checkpoint
 
 
-@dataclass(frozen=True)
-class RoundPlan:
-    """The rounds a run trains: up to ``total_rounds`` (counted across resumes), each of
-    ``steps_per_round`` env steps (all rollout actors together)."""
-
-    total_rounds: int
-    steps_per_round: int
-
-
 def _run(
     algorithm: Algorithm,
     run: RunContext,
     actor: ProbedActor,
     progress: RunProgress,
-    plan: RoundPlan,
     *,
     sinks: MetricsSinks,
+    stop_rules: Sequence[StopRule],
     evaluator: EvaluationRunner,
     replay_file: Path | None,
     quiet: bool,
@@ -313,8 +310,9 @@ def _run(
 ) -> TrainingSummary:
     """The run loop: the algorithm's round loop, then each round's metrics row (``sinks``),
     checkpoints (``Checkpointing``) and due evaluation (``evaluator``), until the plan is done
-    or a stop is requested (``StopRequest``); then the final evaluation."""
-    config = run.config
+    or a stop is requested (``StopRequest``) or a stop rule ends it (``stop_rules``); then the
+    final evaluation."""
+    config, plan = run.config, run.plan
     loop = algorithm.load_round_loop()(run)
     # After the round loop's processes: a process of its own starts while the rounds train.
     evaluator.start(loop.evaluation_host() if isinstance(loop, EvaluationHosting) else None)
@@ -330,25 +328,22 @@ def _run(
     )
     started = time.perf_counter() - progress.wall_time_s
     last_return: float | None = None
-    planned_env_steps = progress.env_steps + (plan.total_rounds - progress.round) * (
-        plan.steps_per_round
-    )
     display = TrainingProgress(
-        total_env_steps=planned_env_steps,
+        total_env_steps=plan.planned_env_steps,
         completed=progress.env_steps,
         quiet=quiet,
         console=console,
     )
     final_evaluation = None
+    stopped_early = None
     try:
         with display, StopRequest(console) as stop:
             for round_index in range(progress.round, plan.total_rounds):
                 if stop.requested:
                     raise stop.stopped(_written(config.checkpoint_path), progress.round)
                 round_started = time.perf_counter()
-                fraction_done = progress.env_steps / planned_env_steps
                 try:
-                    stats, learner_metrics = loop.run_round(round_index, fraction_done)
+                    stats, learner_metrics = loop.run_round(round_index)
                     obs_rms_state, learner_states = loop.checkpoint_parts()
                     evaluated = evaluator.collect()
                 except TrainingError as error:
@@ -375,6 +370,14 @@ def _run(
                 except StorageError as error:
                     raise _failed_round(error, progress.round, config) from None
                 display.update(row, plan.total_rounds)
+                stopped_early = first_stop_reason(stop_rules, row)
+                if stopped_early is not None:
+                    console.print(
+                        f"stopping after round {progress.round}: {stopped_early}",
+                        style="yellow",
+                        highlight=False,
+                    )
+                    break
             if stop.requested:  # the last round finished; skip the final evaluation
                 raise stop.stopped(_written(config.checkpoint_path), progress.round)
         latest = checkpointing.latest
@@ -399,6 +402,7 @@ def _run(
         metrics_path=Path(config.metrics_path),
         best_criterion=progress.best_criterion,
         final_evaluation=final_evaluation,
+        stopped_early=stopped_early,
     )
     display.summary(summary)
     return summary

@@ -10,7 +10,8 @@ surrogate objective L^CLIP, value loss L^VF and entropy bonus S):
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -23,6 +24,9 @@ from drlcli.algos.ppo.networks import ValueNetwork
 from drlcli.algos.ppo.params import PPOParams
 from drlcli.errors import CheckpointError, PolicyActorContractError, TrainingError
 from drlcli.flat_parameters import FlatParameters, check_flat_optimizer_state
+
+if TYPE_CHECKING:
+    from drlcli.algos.algorithm import RoundPlan
 
 
 def ppo_loss(
@@ -85,6 +89,28 @@ def approx_kl(logratio: torch.Tensor | np.ndarray) -> float:
     return float((ratio - 1 - logratio).mean())
 
 
+@dataclass
+class RoundClock:
+    """Where the run stands as each round starts, kept by the learner for its learning-rate
+    schedule: the env steps the run trained before the next round (all learners together) out
+    of the run's planned total. A resumed run's clock starts at its checkpoint's env steps."""
+
+    env_steps: int
+    steps_per_round: int
+    planned_env_steps: int
+
+    @classmethod
+    def of(cls, plan: RoundPlan) -> RoundClock:
+        return cls(plan.start_env_steps, plan.steps_per_round, plan.planned_env_steps)
+
+    def fraction_done(self) -> float:
+        return self.env_steps / self.planned_env_steps
+
+    def advance(self) -> None:
+        """One round trained."""
+        self.env_steps += self.steps_per_round
+
+
 class Learner:
     """One PPO learner.
 
@@ -97,6 +123,8 @@ class Learner:
         closed_form: compute the built-in networks' gradients in closed form
             (``closed_form.py``, the same maths without autograd's per-operation cost);
             False, or a custom policy actor, uses autograd.
+        plan: the run's rounds: the learner keeps its learning-rate schedule's position by
+            them (``clock``); None: every ``train_step`` is given its position.
     """
 
     def __init__(
@@ -108,9 +136,11 @@ class Learner:
         device: str = "cpu",
         seed: int = 0,
         closed_form: bool = True,
+        plan: RoundPlan | None = None,
     ) -> None:
         torch.manual_seed(seed)
         self.params = params
+        self.clock = RoundClock.of(plan) if plan is not None else None
         self.device = torch.device(device)
         self.actor = build_policy_actor(actor_spec, obs_dim, action_dim, self.device)
         validate_on_policy_actor(self.actor, obs_dim)
@@ -222,12 +252,15 @@ class Learner:
         loss.backward()
         return stats
 
-    def train_step(self, fraction_done: float) -> tuple[dict[str, Any], dict[str, float]]:
+    def train_step(
+        self, fraction_done: float | None = None
+    ) -> tuple[dict[str, Any], dict[str, float]]:
         """One PPO update on the whole buffer, then clear it.
 
         Args:
             fraction_done: env steps trained before this round over the run's planned total
-                (the learning-rate schedule's position).
+                (the learning-rate schedule's position); None: the learner's own ``clock``,
+                which then moves on one round.
 
         Returns:
             ``(network_state, metrics)``; ``metrics["buffer_size"]`` is measured before the
@@ -243,6 +276,11 @@ class Learner:
         if p.normalize_advantages and buffer_size > 1:
             advantages = standardize_advantages(advantages)
 
+        if fraction_done is None:
+            if self.clock is None:
+                raise TypeError("train_step: a learner built without a plan needs fraction_done")
+            fraction_done = self.clock.fraction_done()
+            self.clock.advance()
         learning_rate = self.learning_rate(fraction_done)
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate
