@@ -12,6 +12,7 @@ from drlcli.algos.flash_sac.cuda_graph import FLASH_SAC_BUILDER, resolve_cuda_gr
 from drlcli.algos.flash_sac.params import FlashSACParams
 from drlcli.errors import ConfigError
 from drlcli.normalization import reward_scaler_state_problem
+from drlcli.off_policy.soft_actor_critic import NETWORK_KEYS
 
 
 def flash_sac_actor_spec(
@@ -176,6 +177,6 @@ FLASH_SAC = Algorithm(
     memory_needs=flash_sac_memory_needs,
     off_policy=OffPolicy(
         learner="drlcli.algos.flash_sac.learner:build_flash_sac_learner",
-        network_keys=("actor", "critic", "target_critic", "log_temperature"),
+        network_keys=NETWORK_KEYS,
     ),
 )

@@ -32,6 +32,7 @@ from drlcli.algos.flash_sac.layers import share_batch_statistics
 from drlcli.algos.flash_sac.params import FlashSACParams
 from drlcli.errors import TrainingError
 from drlcli.off_policy.data_parallel import DataParallelGroup
+from drlcli.off_policy.soft_actor_critic import SoftActorCriticState
 
 if TYPE_CHECKING:
     from drlcli.algos.algorithm import LearnerContext
@@ -89,7 +90,7 @@ def load_moments(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> Non
             moments["step"] = moments["step"].to(device=device, dtype=torch.float32)
 
 
-class FlashSACLearner:
+class FlashSACLearner(SoftActorCriticState):
     """Owns ``learner.actor`` (the one policy instance), the critics, temperature, optimisers.
 
     Args:
@@ -255,14 +256,7 @@ class FlashSACLearner:
         actions, info = self.actor(both, training=True)
         log_prob = info["log_prob"][: len(obs)]
         aux_losses: dict[str, torch.Tensor] = info.get("aux_losses") or {}
-        names = frozenset(aux_losses)
-        if self.aux_names is None:
-            self.aux_names = names
-        elif names != self.aux_names:
-            raise TrainingError(
-                f"the actor's aux_losses changed from {sorted(self.aux_names)} to {sorted(names)}; "
-                "the set of auxiliary losses must stay the same during training"
-            )
+        self.keep_aux_names(aux_losses)
         self.critic.eval()
         self.critic.requires_grad_(False)  # gradients reach the actor only
         q, _ = self.critic(obs, actions[: len(obs)])
@@ -291,47 +285,9 @@ class FlashSACLearner:
         metrics.update({f"Loss/aux_{name}": value.detach() for name, value in aux_losses.items()})
         return metrics
 
-    # --- state ----------------------------------------------------------------------------
-
-    def network_state(self) -> dict[str, Any]:
-        """Parameters (and statistics buffers) of every network, on CPU: what averaging mixes."""
-
-        def cpu(module: nn.Module) -> dict[str, torch.Tensor]:
-            return {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
-
-        return {
-            "actor": cpu(self.actor),
-            "critic": cpu(self.critic),
-            "target_critic": cpu(self.target_critic),
-            "log_temperature": self.log_temperature.detach().cpu().clone(),
-        }
-
-    def load_network_state(self, state: dict[str, Any]) -> None:
-        self.actor.load_state_dict(state["actor"])
-        self.critic.load_state_dict(state["critic"])
-        self.target_critic.load_state_dict(state["target_critic"])
-        with torch.no_grad():
-            self.log_temperature.copy_(state["log_temperature"])
-
-    def state_dict(self) -> dict[str, Any]:
-        """Everything resume needs: networks, optimisers, update counter (schedule position)."""
-        return {
-            **self.network_state(),
-            "actor_optimizer": self.actor_optimizer.state_dict(),
-            "critic_optimizer": self.critic_optimizer.state_dict(),
-            "temperature_optimizer": self.temperature_optimizer.state_dict(),
-            "updates": self.updates,
-            "aux_names": sorted(self.aux_names) if self.aux_names is not None else None,
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.load_network_state(state)
-        load_moments(self.actor_optimizer, state["actor_optimizer"])
-        load_moments(self.critic_optimizer, state["critic_optimizer"])
-        load_moments(self.temperature_optimizer, state["temperature_optimizer"])
-        self.updates = int(state["updates"])
-        names = state.get("aux_names")
-        self.aux_names = frozenset(names) if names is not None else None
+    def load_optimizer(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+        """Moments and step counts only: this learner's settings stay (``load_moments``)."""
+        load_moments(optimizer, state)
 
 
 def build_flash_sac_learner(context: LearnerContext) -> FlashSACLearner:

@@ -10,6 +10,7 @@ from drlcli.actors.spec import ActorSpec, check_actor_config
 from drlcli.algos.algorithm import Algorithm, MemoryNeed, OffPolicy, RunShape
 from drlcli.algos.sac.params import SACParams
 from drlcli.normalization import reward_scaler_state_problem
+from drlcli.off_policy.soft_actor_critic import NETWORK_KEYS
 
 SAC_BUILDER = "drlcli.algos.sac.actor:build_sac_actor"
 
@@ -139,6 +140,6 @@ SAC = Algorithm(
     memory_needs=sac_memory_needs,
     off_policy=OffPolicy(
         learner="drlcli.algos.sac.learner:build_sac_learner",
-        network_keys=("actor", "critic", "target_critic", "log_temperature"),
+        network_keys=NETWORK_KEYS,
     ),
 )

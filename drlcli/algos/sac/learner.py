@@ -31,6 +31,7 @@ from drlcli.actors.spec import ActorSpec, build_policy_actor
 from drlcli.algos.sac.critic import TwinQ
 from drlcli.algos.sac.params import SACParams
 from drlcli.errors import TrainingError
+from drlcli.off_policy.soft_actor_critic import SoftActorCriticState
 
 if TYPE_CHECKING:
     from drlcli.algos.algorithm import LearnerContext
@@ -63,7 +64,7 @@ def _adam(parameters: Iterable[nn.Parameter], learning_rate: float) -> torch.opt
     return torch.optim.Adam(parameters, learning_rate, fused=fused)
 
 
-class SACLearner:
+class SACLearner(SoftActorCriticState):
     """Owns ``learner.actor`` (the one policy instance), the Q networks and their targets, the
     temperature and the three optimisers.
 
@@ -167,14 +168,7 @@ class SACLearner:
         actions, info = self.actor(obs, training=True)
         log_prob = info["log_prob"]
         aux_losses: dict[str, torch.Tensor] = info.get("aux_losses") or {}
-        names = frozenset(aux_losses)
-        if self.aux_names is None:
-            self.aux_names = names
-        elif names != self.aux_names:
-            raise TrainingError(
-                f"the actor's aux_losses changed from {sorted(self.aux_names)} to {sorted(names)}; "
-                "the set of auxiliary losses must stay the same during training"
-            )
+        self.keep_aux_names(aux_losses)
         self.critic.requires_grad_(False)  # gradients reach the actor only
         q = self.critic(obs, actions).min(dim=0).values
         self.critic.requires_grad_(True)
@@ -195,48 +189,6 @@ class SACLearner:
             metrics["Loss/temperature"] = temperature_loss.detach()
         metrics.update({f"Loss/aux_{name}": value.detach() for name, value in aux_losses.items()})
         return metrics
-
-    # --- state ----------------------------------------------------------------------------
-
-    def network_state(self) -> dict[str, Any]:
-        """Parameters of every network on the CPU, and the temperature: what learners share."""
-
-        def cpu(module: nn.Module) -> dict[str, torch.Tensor]:
-            return {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
-
-        return {
-            "actor": cpu(self.actor),
-            "critic": cpu(self.critic),
-            "target_critic": cpu(self.target_critic),
-            "log_temperature": self.log_temperature.detach().cpu().clone(),
-        }
-
-    def load_network_state(self, state: dict[str, Any]) -> None:
-        self.actor.load_state_dict(state["actor"])
-        self.critic.load_state_dict(state["critic"])
-        self.target_critic.load_state_dict(state["target_critic"])
-        with torch.no_grad():
-            self.log_temperature.copy_(state["log_temperature"])
-
-    def state_dict(self) -> dict[str, Any]:
-        """Everything resume needs: networks, optimisers, the update counter, aux-loss names."""
-        return {
-            **self.network_state(),
-            "actor_optimizer": self.actor_optimizer.state_dict(),
-            "critic_optimizer": self.critic_optimizer.state_dict(),
-            "temperature_optimizer": self.temperature_optimizer.state_dict(),
-            "updates": self.updates,
-            "aux_names": sorted(self.aux_names) if self.aux_names is not None else None,
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.load_network_state(state)
-        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
-        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
-        self.temperature_optimizer.load_state_dict(state["temperature_optimizer"])
-        self.updates = int(state["updates"])
-        names = state.get("aux_names")
-        self.aux_names = frozenset(names) if names is not None else None
 
 
 def build_sac_learner(context: LearnerContext) -> SACLearner:
