@@ -830,3 +830,27 @@ def test_load_moments_moves_every_tensor_step_past_parameters_without_state():
     assert parameters[0] not in optimizer.state
     step = optimizer.state[parameters[1]]["step"]
     assert step.dtype == torch.float32 and float(step) == 3.0
+
+
+def test_a_learner_process_builds_its_learner_from_the_context():
+    """``OffPolicy.build_learner(LearnerContext)``: the learner a process of the run holds is
+    the one the context describes, its cosine schedule over its share of the run's updates."""
+    import math
+
+    from drlcli.algos.algorithm import LearnerContext
+    from drlcli.algos.flash_sac.algorithm import FLASH_SAC
+    from drlcli.envs import EnvFacts
+
+    params = dataclasses.replace(SMALL, updates_per_env_step=0.5)
+    spec = flash_sac_actor_spec(params, LOW, HIGH)
+    facts = EnvFacts("task", 5, 2, np.array(LOW), np.array(HIGH))
+    context = LearnerContext(spec, facts, params, 0.9, 1001, 2, "cpu", 7)
+    learner = FLASH_SAC.off_policy.build_learner(context)
+    assert learner.total_updates == math.ceil(1001 / 2 * 0.5) == 251
+    assert learner.gamma == 0.9 and learner.params is params
+    direct = FlashSACLearner(spec, 5, 2, LOW, HIGH, params, 0.9, 251, "cpu", seed=7, learners=2)
+    assert learner.target_entropy == direct.target_entropy
+    ours, theirs = learner.network_state(), direct.network_state()
+    for network in ("actor", "critic", "target_critic"):
+        for name, tensor in ours[network].items():
+            assert torch.equal(tensor, theirs[network][name]), f"{network}.{name}"

@@ -349,3 +349,113 @@ def _same(a, b) -> bool:
     if isinstance(a, np.ndarray):
         return np.array_equal(a, b)
     return a == b
+
+
+def test_a_learner_process_builds_its_sac_learner_from_the_context():
+    from drlcli.algos.algorithm import LearnerContext
+    from drlcli.envs import EnvFacts
+
+    spec = sac_actor_spec(SMALL, LOW, HIGH)
+    facts = EnvFacts("task", 5, 2, np.array(LOW), np.array(HIGH))
+    learner = SAC.off_policy.build_learner(
+        LearnerContext(spec, facts, SMALL, 0.9, 1000, 1, "cpu", 7)
+    )
+    direct = SACLearner(spec, 5, 2, LOW, HIGH, SMALL, 0.9, "cpu", seed=7)
+    assert isinstance(learner, SACLearner) and learner.gamma == 0.9 and learner.params is SMALL
+    assert learner.target_entropy == direct.target_entropy
+    assert _same(learner.network_state(), direct.network_state())
+
+
+def test_the_actor_maps_onto_the_bounds_in_float32_and_samples_mean_plus_std_noise():
+    from drlcli.algos.sac.actor import SACActor
+
+    as_float64 = SACActor(5, 2, np.array(LOW), np.array(HIGH), (8,))  # float64 bounds in
+    assert as_float64.action_bias.dtype == as_float64.action_range.dtype == torch.float32
+    actor = build_sac_actor(5, 2, action_low=LOW, action_high=HIGH, hidden_sizes=[16, 8])
+    assert actor.action_bias.tolist() == [0.0, -1.0] and actor.action_range.tolist() == [1.0, 2.0]
+    assert [tuple(p.shape) for p in actor.trunk.parameters()] == [(16, 5), (16,), (8, 16), (8,)]
+    obs = torch.randn(6, 5)
+    raw = torch.tanh(actor.log_std_head(actor.trunk(obs)))
+    _, std = actor.get_mean_and_std(obs)
+    torch.testing.assert_close(std.log(), -5.0 + 3.5 * (raw + 1.0))
+    torch.manual_seed(2)
+    actions, _ = actor(obs, training=True)
+    torch.manual_seed(2)
+    mean, std = actor.get_mean_and_std(obs)
+    torch.testing.assert_close(actions, actor.transform(mean + std * torch.randn_like(mean)))
+
+
+@pytest.mark.parametrize("hidden", [(), (16, 8)])
+def test_linear_or_narrowing_networks_build_and_answer_in_shape(hidden):
+    """No hidden layer: a linear policy and linear Q functions; narrowing widths: each head
+    reads the last one."""
+    params = dataclasses.replace(SMALL, hidden_sizes=hidden)
+    learner = make_learner(params)
+    batch = random_batch()
+    assert learner.critic(batch["obs"], batch["act"]).shape == (2, 32)
+    assert learner.actor.explore(batch["obs"]).shape == (32, 2)
+    learner.update(batch)
+
+
+def test_learner_defaults_optimisers_and_targets():
+    spec = sac_actor_spec(SMALL, LOW, HIGH)
+    default = SACLearner(spec, 5, 2, LOW, HIGH, SMALL, 0.99)
+    assert _same(default.network_state(), make_learner(seed=0).network_state())  # seed 0
+    assert all(
+        o.param_groups[0]["fused"] is True
+        for o in (default.actor_optimizer, default.critic_optimizer, default.temperature_optimizer)
+    )  # the fused kernel on the CPU
+    assert not any(p.requires_grad for p in default.target_critic.parameters())
+    assert default.target_entropy == pytest.approx(-2.0 + math.log(2.0))  # range [1, 2]
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "side"),
+    [([-5.0, -5.0], [1.0, 4.0], "action_low"), ([-1.0, 0.0], [5.0, 9.0], "action_high")],
+)
+def test_a_learner_refuses_a_custom_actor_whose_actions_leave_the_box(low, high, side):
+    from drlcli.actors.spec import ActorSpec
+    from drlcli.errors import PolicyActorContractError
+
+    spec = ActorSpec("tests.custom_actors:build", {"action_low": low, "action_high": high})
+    with pytest.raises(PolicyActorContractError, match=f"outside the environment's {side}"):
+        SACLearner(spec, 5, 2, LOW, HIGH, SMALL, 0.99)
+
+
+def test_a_data_parallel_learner_averages_the_gradients_of_each_optimisers_parameters():
+    class RecordingGroup:  # stands in for the all-reduce of a DataParallelGroup
+        def __init__(self):
+            self.averaged = []
+
+        def average_gradients(self, parameters):
+            self.averaged.append({id(parameter) for parameter in parameters})
+
+    learner = make_learner()
+    group = RecordingGroup()
+    learner.use_data_parallel(group)
+    assert learner.data_parallel is group
+    learner.update(random_batch())
+    critic = {id(p) for p in learner.critic.parameters()}
+    actor = {id(p) for p in learner.actor.parameters()}
+    assert group.averaged == [critic, actor, {id(learner.log_temperature)}]
+
+
+def test_targets_move_toward_every_critic_tensor():
+    learner = make_learner(dataclasses.replace(SMALL, target_tau=1.0))
+    learner.update(random_batch())  # tau 1: the targets are the critic after its step
+    assert _same(learner.target_critic.state_dict(), learner.critic.state_dict())
+
+
+def test_next_actions_come_from_inference_mode_and_the_actor_step_from_training_mode():
+    """What a custom actor with training-time layers (BatchNorm) sees: forward(s', False) for
+    the target, forward(s, True) for its own step."""
+    learner = make_learner()
+    calls, forward = [], learner.actor.forward
+
+    def recording(obs, training):  # no default: each call must say which mode it wants
+        calls.append(training)
+        return forward(obs, training=training)
+
+    learner.actor.forward = recording
+    learner.update(random_batch())
+    assert calls == [False, True]
