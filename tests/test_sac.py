@@ -385,7 +385,7 @@ def test_the_actor_maps_onto_the_bounds_in_float32_and_samples_mean_plus_std_noi
     torch.testing.assert_close(actions, actor.transform(mean + std * torch.randn_like(mean)))
 
 
-@pytest.mark.parametrize("hidden", [(), (16, 8)])
+@pytest.mark.parametrize("hidden", [(), (16, 12, 8)])
 def test_linear_or_narrowing_networks_build_and_answer_in_shape(hidden):
     """No hidden layer: a linear policy and linear Q functions; narrowing widths: each head
     reads the last one."""
