@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from drlcli.errors import TrainingError
+from drlcli.normalization import reward_scaler_state_problem
 
 if TYPE_CHECKING:
     import torch
@@ -17,6 +18,13 @@ NETWORK_KEYS = ("actor", "critic", "target_critic", "log_temperature")
 """The learner-state entries that are networks: what learners share, and what a resume under
 another learner count averages (``OffPolicy.network_keys``)."""
 OPTIMIZER_KEYS = ("actor_optimizer", "critic_optimizer", "temperature_optimizer")
+
+
+def return_scaler_problem(state: dict[str, Any]) -> str | None:
+    """What is wrong with a stored learner state's ``return_scaler`` (the collector's reward
+    scaler), or None (``Algorithm.check_learner_state``)."""
+    problem = reward_scaler_state_problem(state.get("return_scaler"))
+    return None if problem is None else f"return_scaler {problem}"
 
 
 class SoftActorCriticState:

@@ -11,8 +11,8 @@ from drlcli.algos.algorithm import Algorithm, MemoryNeed, OffPolicy, RunShape
 from drlcli.algos.flash_sac.cuda_graph import FLASH_SAC_BUILDER, resolve_cuda_graph
 from drlcli.algos.flash_sac.params import FlashSACParams
 from drlcli.errors import ConfigError
-from drlcli.normalization import reward_scaler_state_problem
-from drlcli.off_policy.soft_actor_critic import NETWORK_KEYS
+from drlcli.off_policy.memory import replay_memory_needs
+from drlcli.off_policy.soft_actor_critic import NETWORK_KEYS, return_scaler_problem
 
 
 def flash_sac_actor_spec(
@@ -53,11 +53,6 @@ def check_params(params: FlashSACParams) -> None:
             "algo_params.actor_normalize_parameters: false only applies to the built-in actor; "
             "a custom actor (actor_config) owns normalize_parameters()"
         )
-
-
-def _return_scaler_problem(state: Any) -> str | None:
-    problem = reward_scaler_state_problem(state)
-    return None if problem is None else f"return_scaler {problem}"
 
 
 def _critic_shapes(params: FlashSACParams, obs_dim: int, action_dim: int) -> dict[str, Any]:
@@ -109,22 +104,7 @@ def flash_sac_memory_needs(params: FlashSACParams, shape: RunShape) -> list[Memo
     """Every learner's replay buffer (float32 ``s, s', a, r, terminated``; twice more while it
     is saved), and its critics: online and target, gradients and Adam's two moments."""
     o, a, learners = shape.obs_dim, shape.action_dim, shape.num_learners
-    replay = learners * params.buffer_size * (8 * o + 4 * a + 8)
-    needs = [
-        MemoryNeed(
-            f"{learners} replay buffer(s) of {params.buffer_size} transitions",
-            replay,
-            "algo_params.buffer_size",
-        )
-    ]
-    if params.save_replay_buffer:
-        needs.append(
-            MemoryNeed(
-                "the copies of saving the replay buffers",
-                2 * replay,
-                "algo_params.buffer_size, or save_replay_buffer: false",
-            )
-        )
+    needs = replay_memory_needs(params, shape)
     critic_bytes = sum(t.numel() * t.element_size() for t in _critic_shapes(params, o, a).values())
     needs.append(
         MemoryNeed(
@@ -171,7 +151,7 @@ FLASH_SAC = Algorithm(
     normalization_inside_actor="the actor's input BatchNorm (running statistics)",
     check_params=check_params,
     check_learner_device=resolve_cuda_graph,
-    check_learner_state=lambda state: _return_scaler_problem(state.get("return_scaler")),
+    check_learner_state=return_scaler_problem,
     check_resume=critic_problem,
     replay_saving=lambda params: params.save_replay_buffer,
     memory_needs=flash_sac_memory_needs,

@@ -9,8 +9,8 @@ from typing import Any
 from drlcli.actors.spec import ActorSpec, check_actor_config
 from drlcli.algos.algorithm import Algorithm, MemoryNeed, OffPolicy, RunShape
 from drlcli.algos.sac.params import SACParams
-from drlcli.normalization import reward_scaler_state_problem
-from drlcli.off_policy.soft_actor_critic import NETWORK_KEYS
+from drlcli.off_policy.memory import replay_memory_needs
+from drlcli.off_policy.soft_actor_critic import NETWORK_KEYS, return_scaler_problem
 
 SAC_BUILDER = "drlcli.algos.sac.actor:build_sac_actor"
 
@@ -70,22 +70,7 @@ def sac_memory_needs(params: SACParams, shape: RunShape) -> list[MemoryNeed]:
     """Every learner's replay buffer (float32 ``s, s', a, r, terminated``; twice more while it
     is saved), and its Q networks: online and target, gradients and Adam's two moments."""
     o, a, learners = shape.obs_dim, shape.action_dim, shape.num_learners
-    replay = learners * params.buffer_size * (8 * o + 4 * a + 8)
-    needs = [
-        MemoryNeed(
-            f"{learners} replay buffer(s) of {params.buffer_size} transitions",
-            replay,
-            "algo_params.buffer_size",
-        )
-    ]
-    if params.save_replay_buffer:
-        needs.append(
-            MemoryNeed(
-                "the copies of saving the replay buffers",
-                2 * replay,
-                "algo_params.buffer_size, or save_replay_buffer: false",
-            )
-        )
+    needs = replay_memory_needs(params, shape)
     critic_bytes = sum(t.numel() * t.element_size() for t in _critic_shapes(params, o, a).values())
     needs.append(
         MemoryNeed(
@@ -95,11 +80,6 @@ def sac_memory_needs(params: SACParams, shape: RunShape) -> list[MemoryNeed]:
         )
     )
     return needs
-
-
-def _return_scaler_problem(state: dict[str, Any]) -> str | None:
-    problem = reward_scaler_state_problem(state.get("return_scaler"))
-    return None if problem is None else f"return_scaler {problem}"
 
 
 SAC = Algorithm(
@@ -134,7 +114,7 @@ SAC = Algorithm(
     },
     observation_clip=lambda params: None,  # SAC feeds raw observations, as the paper
     check_params=check_params,
-    check_learner_state=_return_scaler_problem,
+    check_learner_state=return_scaler_problem,
     check_resume=critic_problem,
     replay_saving=lambda params: params.save_replay_buffer,
     memory_needs=sac_memory_needs,
