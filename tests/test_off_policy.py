@@ -97,3 +97,15 @@ def test_replayed_rewards_are_divided_by_the_scalers_divisor_only_when_asked(nor
     index = np.random.default_rng(0).integers(0, 20, size=4)
     expected = collect.replay.rew[index] / np.float32(divisor)
     np.testing.assert_allclose(learner.batches[0]["rew"].numpy(), expected, rtol=1e-6)
+
+
+def test_a_stored_return_scaler_is_checked_under_its_own_key():
+    from drlcli.off_policy.soft_actor_critic import return_scaler_problem
+
+    good = {"mean": np.zeros(1), "var": np.ones(1), "count": 4.0, "abs_max": 1.0}
+    assert return_scaler_problem({"return_scaler": good}) is None
+    assert return_scaler_problem({"return_scaler": None}) is None  # no reward yet
+    damaged = {"return_scaler": {**good, "var": np.array([-1.0])}, "scaler": good}
+    assert return_scaler_problem(damaged) == (
+        "return_scaler has non-finite moments or a negative variance"
+    )
