@@ -39,8 +39,10 @@ if TYPE_CHECKING:
 BEST_BY_EVALUATION = "evaluation"
 BEST_BY_TRAINING_RETURN = "training return"
 FORMAT_NAME = "drl-checkpoint"
-FORMAT_VERSION = 1
-SUPPORTED_FORMAT_VERSIONS = (1,)
+# Version 2 stores each PPO rollout actor's reward-scaler moments in that actor's state; version
+# 1 kept them apart under the learner, and is still read (algos/ppo rollout_actor_states).
+FORMAT_VERSION = 2
+SUPPORTED_FORMAT_VERSIONS = (1, 2)
 
 
 @dataclass
@@ -591,7 +593,6 @@ def validate_learner_states(states: Any, algorithm: Algorithm, source: str = "ch
     """
     if not isinstance(states, list) or not states:
         raise CheckpointError(f"{source}: checkpoint has no learner state to resume from")
-    with_rewards = 0
     for index, state in enumerate(states):
         keys = state if isinstance(state, dict) else {}
         missing = [key for key in algorithm.learner_state_keys if key not in keys]
@@ -605,9 +606,7 @@ def validate_learner_states(states: Any, algorithm: Algorithm, source: str = "ch
             raise CheckpointError(
                 f"{source}: learner_states[{index}]: {problem}; the file is damaged"
             )
-        with_rewards += state.get("reward_scalers") is not None
-    rewards = ", reward statistics included" if with_rewards == len(states) else ""
-    return f"{len(states)} learner state(s) complete for resume{rewards}"
+    return f"{len(states)} learner state(s) complete for resume"
 
 
 def check_fits(

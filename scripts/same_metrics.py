@@ -8,8 +8,8 @@ Each preset trains ``--rounds`` rounds (local Ray, outputs in a temporary folder
 evaluation off: which row an evaluation lands on depends on wall-clock time, not on the code.
 Recorded per preset: every metrics row without the wall-clock columns, the final deterministic
 evaluation, and a SHA-256 of every tensor and number in the latest checkpoint's learner states
-(networks, optimiser moments, schedules) and observation statistics. ``compare`` re-runs the
-presets the file names and prints each difference.
+(networks, optimiser moments, schedules; ``canonical_learner_states``) and observation
+statistics. ``compare`` re-runs the presets the file names and prints each difference.
 """
 
 from __future__ import annotations
@@ -58,6 +58,23 @@ def state_digest(value: Any) -> str:
     return digest.hexdigest()
 
 
+def canonical_learner_states(states: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The learner states in the layout of checkpoint format 2, so that a record of older code
+    compares with newer: format 1 kept each PPO rollout actor's reward-scaler moments under the
+    learner (``reward_scalers``), format 2 in the actor's own state (``reward_scaler``)."""
+    canonical = []
+    for state in states:
+        state = dict(state)
+        scalers = state.pop("reward_scalers", None)
+        if scalers is not None and state.get("rollout_actors") is not None:
+            state["rollout_actors"] = [
+                {**actor, "reward_scaler": moments}
+                for actor, moments in zip(state["rollout_actors"], scalers, strict=True)
+            ]
+        canonical.append(state)
+    return canonical
+
+
 def run_preset(name: str, rounds: int, output_dir: Path) -> dict[str, Any]:
     """Train ``rounds`` rounds of preset ``name``; what a refactor must leave unchanged."""
     from rich.console import Console
@@ -88,7 +105,7 @@ def run_preset(name: str, rounds: int, output_dir: Path) -> dict[str, Any]:
     return {
         "rows": rows,
         "final_evaluation": checkpoint.evaluation,
-        "learner_states_sha256": state_digest(checkpoint.learner_states),
+        "learner_states_sha256": state_digest(canonical_learner_states(checkpoint.learner_states)),
         "obs_rms_sha256": state_digest(checkpoint.obs_rms_state),
     }
 

@@ -193,8 +193,20 @@ def _break_optimizer(payload):
 
 
 def _reward_scalers(value):
+    """Format 1's place of the reward-scaler moments, under the learner."""
+
     def modify(payload):
         payload["learner_states"][0]["reward_scalers"] = value
+
+    return modify
+
+
+def _rollout_actor_reward_scaler(value):
+    """Format 2's place: in the rollout actor's own state."""
+
+    def modify(payload):
+        rollout_actor = {"envs": {}, "torch_rng": torch.zeros(8), "reward_scaler": value}
+        payload["learner_states"][0]["rollout_actors"] = [rollout_actor]
 
     return modify
 
@@ -211,6 +223,16 @@ def _reward_scalers(value):
         (
             _reward_scalers([{"mean": torch.zeros(2), "var": torch.ones(2), "count": 4.0}]),
             r"reward_scalers\[0\] has the wrong shape",
+        ),
+        (
+            _rollout_actor_reward_scaler(
+                {"mean": torch.ones(1), "var": -torch.ones(1), "count": 1}
+            ),
+            r"rollout_actors\[0\]\.reward_scaler has non-finite moments or a negative variance",
+        ),
+        (
+            _rollout_actor_reward_scaler("moments"),
+            r"rollout_actors\[0\]\.reward_scaler is not \{mean, var, count\}",
         ),
     ],
 )
@@ -343,19 +365,48 @@ def test_resume_of_a_finished_run_is_refused_before_ray_or_any_output(tmp_path, 
     assert not (tmp_path / "out").exists()
 
 
-def test_resume_accepts_reward_scalers_that_are_null_or_moments(tmp_path, checkpoint_file):
+MOMENTS = {"mean": torch.zeros(1, dtype=torch.float64), "var": torch.ones(1), "count": 8.0}
+
+
+@pytest.mark.parametrize(
+    "modify", [_reward_scalers([MOMENTS, None]), _rollout_actor_reward_scaler(MOMENTS)]
+)
+def test_resume_accepts_reward_moments_of_either_format(tmp_path, checkpoint_file, modify):
+    from drlcli.algos.ppo.algorithm import rollout_actor_states
     from drlcli.checkpoint import EnvRecord
     from drlcli.config import load_config
     from drlcli.runtime.training import _load_for_resume
 
     config_path = tmp_path / "fixture.yaml"
     config_path.write_text("env: {id: InvertedPendulum-v5}\nalgo_params: {hidden_sizes: [8, 8]}\n")
-    moments = {"mean": torch.zeros(1, dtype=torch.float64), "var": torch.ones(1), "count": 8.0}
-    path = checkpoint_file(_reward_scalers([moments, None]))
+    path = checkpoint_file(modify)
     payload = load_payload(path)
     facts = EnvRecord(**payload["env"]).facts()
     stored = _load_for_resume(path, load_config(config_path), payload["actor_semantics"], facts)
-    assert stored.learner_states[0]["reward_scalers"][0]["count"] == 8.0
+    assert rollout_actor_states(stored.learner_states[0])[0]["reward_scaler"]["count"] == 8.0
+
+
+def test_format_1_reward_moments_go_back_into_their_rollout_actors_states():
+    from drlcli.algos.ppo.algorithm import rollout_actor_states
+
+    first, second = {"envs": 1, "torch_rng": 2}, {"envs": 3, "torch_rng": 4}
+    assert rollout_actor_states({"actor": {}}) is None
+    assert rollout_actor_states({"rollout_actors": [first]}) == [first]
+    assert rollout_actor_states({"reward_scalers": ["m0", None]}) == [
+        {"reward_scaler": "m0"},
+        {"reward_scaler": None},
+    ]
+    state = {"rollout_actors": [first, second], "reward_scalers": ["m0", "m1"]}
+    assert rollout_actor_states(state) == [
+        {**first, "reward_scaler": "m0"},
+        {**second, "reward_scaler": "m1"},
+    ]
+    assert first == {"envs": 1, "torch_rng": 2}  # the stored states are left as they were
+    # Counts that disagree (a damaged file): the moments alone, the episodes restart.
+    assert rollout_actor_states({"rollout_actors": [first], "reward_scalers": ["a", "b"]}) == [
+        {"reward_scaler": "a"},
+        {"reward_scaler": "b"},
+    ]
 
 
 @pytest.mark.parametrize(

@@ -207,6 +207,7 @@ def load_like_the_processes(config_path: Path, checkpoint_path: Path) -> None:
     its statistics, each learner its state, each rollout actor its episodes and reward
     statistics and samples a round with them, the learner trains on it. A refusal is a
     ``DrlError`` (what the run prints in one line); anything else fails the test."""
+    from drlcli.algos.ppo.algorithm import rollout_actor_states
     from drlcli.algos.ppo.learner import Learner
     from drlcli.algos.ppo.rollout_actor import MuJoCoActor
     from drlcli.audit import read_verified_checkpoint
@@ -228,10 +229,11 @@ def load_like_the_processes(config_path: Path, checkpoint_path: Path) -> None:
             learner.load_state_dict(state)
             rollout_actor = MuJoCoActor(0, config.env, spec, params, config.gamma)
             try:
-                for stored in state.get("rollout_actors") or []:
-                    rollout_actor.load_state_dict(stored)
-                for moments in state.get("reward_scalers") or []:
-                    rollout_actor.restore_reward_scaler(moments)
+                for stored in rollout_actor_states(state) or []:
+                    if "envs" in stored:
+                        rollout_actor.load_state_dict(stored)
+                    else:
+                        rollout_actor.restore_reward_scaler(stored["reward_scaler"])
                 trajectory, _ = rollout_actor.sample(
                     learner.network_state(), 16, config.gamma, config.gae_lambda, statistics
                 )

@@ -860,12 +860,20 @@ def test_rollout_actor_states_hold_their_keys_and_load_discounted_returns_as_flo
         assert set(warm) == {"actor_id", "process_id", "obs_rms_moments"}
         assert warm["process_id"] == os.getpid() and warm["actor_id"] == 0
         state = actor.state_dict()
-        assert set(state) == {"actor_id", "envs", "torch_rng", "discounted_return"}
+        keys = {"actor_id", "envs", "torch_rng", "reward_scaler", "discounted_return"}
+        assert set(state) == keys
+        assert state["reward_scaler"] is None  # no step taken yet
         state["discounted_return"] = np.array([0.1, 0.2], np.float32)
+        moments = {"mean": np.array([0.5]), "var": np.array([4.0]), "count": 3.0, "abs_max": 9.0}
+        state["reward_scaler"] = moments
         assert actor.load_state_dict(state) == {"actor_id": 0, "process_id": os.getpid()}
         loaded = actor.reward_scaler.discounted_return
         assert loaded.dtype == np.float64
         np.testing.assert_array_equal(loaded, np.array([0.1, 0.2], np.float32).astype(np.float64))
+        # The rollout actor's own state carries its reward statistics: they load with it.
+        assert actor.reward_scaler.state_dict() == {**moments, "count": 3.0}
+        assert actor.reward_scaler.divisor() == pytest.approx(np.sqrt(4.0 + 1e-8))
+        assert actor.state_dict()["reward_scaler"]["abs_max"] == 9.0
     finally:
         actor.close()
     unscaled = MuJoCoActor(0, ENV, SPEC, dataclasses.replace(PARAMS, normalize_rewards=False), 0.99)

@@ -114,21 +114,49 @@ def test_resume_continues_the_counters_and_appends_metrics(tiny_config, trained)
     assert [row["round"] for row in rows] == ["1", "2", "3", "4"]
     assert [row["env_steps"] for row in rows] == ["128", "256", "384", "512"]
     # The reward scaler's statistics continued (64 steps x 2 envs per round), not restarted.
-    scalers = load_payload(config.checkpoint_path)["learner_states"][0]["reward_scalers"]
-    assert [s["count"] for s in scalers] == [512.0]
+    assert reward_counts(config.checkpoint_path) == [512.0]
     with pytest.raises(UsageError, match="raise total_env_steps"):
         run(longer, resume=config.checkpoint_path)
+
+
+def reward_counts(checkpoint_path: Path) -> list[float]:
+    """Each rollout actor's reward-scaler count in a checkpoint (its own state holds it)."""
+    state = load_payload(checkpoint_path)["learner_states"][0]
+    return [actor["reward_scaler"]["count"] for actor in state["rollout_actors"]]
+
+
+def test_a_format_1_checkpoint_resumes_with_its_reward_statistics_and_episodes(
+    tiny_config, trained
+):
+    """Format 1 kept the reward-scaler moments under the learner (``reward_scalers``): such a
+    file resumes exactly as the format-2 file it is rewritten from."""
+    from drlcli.checkpoint import save_payload
+
+    exact = trained("exact")
+    old = trained("old")
+    payload = load_payload(old.checkpoint_path)
+    state = payload["learner_states"][0]
+    state["reward_scalers"] = [actor.pop("reward_scaler") for actor in state["rollout_actors"]]
+    save_payload(old.checkpoint_path, {**payload, "format_version": 1})
+    assert not audit_checkpoint(old.checkpoint_path).failed
+    for config in (exact, old):
+        run(tiny_config(config.name, total=384), resume=config.checkpoint_path)
+    assert reward_counts(old.checkpoint_path) == reward_counts(exact.checkpoint_path) == [384.0]
+    rows_exact, rows_old = read_metrics(exact.metrics_path), read_metrics(old.metrics_path)
+    assert len(rows_old) == 3
+    for column in PPO_COLUMNS:
+        if column not in TIME_COLUMNS:
+            assert rows_old[-1][column] == rows_exact[-1][column], column
 
 
 def test_resume_with_more_rollout_actors_starts_them_from_the_merged_reward_statistics(
     tiny_config, trained
 ):
     config = trained("grown")
-    before = load_payload(config.checkpoint_path)["learner_states"][0]["reward_scalers"]
-    assert [s["count"] for s in before] == [256.0]
+    assert reward_counts(config.checkpoint_path) == [256.0]
     run(tiny_config("grown", total=512, extra="num_actors: 2\n"), resume=config.checkpoint_path)
-    after = load_payload(config.checkpoint_path)["learner_states"][0]["reward_scalers"]
-    assert [s["count"] for s in after] == [384.0, 384.0]  # 256 merged + 128 of one round each
+    # 256 merged + 128 of one round each
+    assert reward_counts(config.checkpoint_path) == [384.0, 384.0]
     # Observation statistics: the checkpoint's 384 (warm-up and two rounds), then both actors'.
     assert load_payload(config.checkpoint_path)["obs_rms_state"]["count"] == 384.0 + 2 * 128
     # Rounds left are counted in env steps: one round of the new size (256) reaches 512.

@@ -52,7 +52,8 @@ def _no_optimizer(payload):
 
 def _bad_reward_moments(payload):
     moments = {"mean": torch.zeros(3), "var": torch.ones(3), "count": 5.0}
-    payload["learner_states"][0]["reward_scalers"] = [moments]
+    rollout_actor = {"envs": {}, "torch_rng": torch.zeros(8), "reward_scaler": moments}
+    payload["learner_states"][0]["rollout_actors"] = [rollout_actor]
 
 
 def _understated_memory(payload):
@@ -110,7 +111,7 @@ def _no_semantics(payload):
         (_negative_round, "progress counters", "progress.round must be a non-negative"),
         (_no_optimizer, "resume state", "learner_states[0] lacks optimizer"),
         (_env_kwargs_not_a_mapping, "format and fields", "env.kwargs: expected a mapping"),
-        (_bad_reward_moments, "resume state", "reward_scalers[0] has the wrong shape"),
+        (_bad_reward_moments, "resume state", "rollout_actors[0].reward_scaler has the wrong"),
         (_understated_memory, "inference memory", "more than the 16 B its inference_startup"),
         (_malformed_memory, "format and fields", "'inference_memory' must map categories"),
     ],

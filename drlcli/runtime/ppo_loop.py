@@ -72,12 +72,11 @@ class PPORoundLoop:
         self.roles |= {
             actor_id_of(a): f"rollout actor {i}" for i, a in enumerate(self.rollout_actors)
         }
-        # Each rollout actor's reward-scaler moments as of its last round (for checkpoints, and
-        # to restore into a restarted process).
+        # Each rollout actor's reward-scaler moments as of its last round: not the record (that
+        # is the actor's own state_dict) but the copy a restarted process is restored from.
         self.reward_moments: list[dict[str, Any] | None] = [None] * topology.num_actors
         if stored is not None:
             states = stored.learner_states
-            self._restore_reward_scalers(states)
             self._restore_rollout_actors(states)
             if len(states) != len(self.learners):  # another device count: start from the mean
                 networks = [{part: s[part] for part in ("actor", "value")} for s in states]
@@ -209,79 +208,72 @@ class PPORoundLoop:
         self.restarts.died(actor_index, death.reason)
 
     def checkpoint_parts(self) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-        """The global observation statistics and every learner's resumable state, which
-        includes the reward-scaler moments of its rollout actors (``reward_scalers``) and their
-        episodes and random streams (``rollout_actors``: an exact resume)."""
+        """The global observation statistics and every learner's resumable state, with the
+        states of its rollout actors (``rollout_actors``: ``MuJoCoActor.state_dict()`` each, in
+        the order of ``Topology.actors_of_learner``: their episodes, random streams and reward
+        statistics, an exact resume)."""
         obs_rms = self.parameter_server.get_obs_rms.remote()
         rollout_refs = [actor.state_dict.remote() for actor in self.rollout_actors]
         states = _get([learner.state_dict.remote() for learner in self.learners], self.roles)
         rollout_states = _get(rollout_refs, self.roles)
         for learner_index, state in enumerate(states):
             owned = self.topology.actors_of_learner(learner_index)
-            state["reward_scalers"] = [self.reward_moments[a] for a in owned]
             state["rollout_actors"] = [rollout_states[a] for a in owned]
         return _get(obs_rms, self.roles), states
 
-    def _restore_reward_scalers(self, states: list[dict[str, Any]]) -> None:
-        """Each rollout actor continues its reward statistics where the topology is the same;
-        under another one every actor starts from their merge. Checkpoints without them (and
-        runs with reward scaling off) leave the statistics to restart."""
-        stored = [state.get("reward_scalers") for state in states]
+    def _restore_rollout_actors(self, states: list[dict[str, Any]]) -> None:
+        """Each rollout actor continues where the checkpoint left it (``rollout_actor_states``).
+
+        Under the same topology and number of environments: its whole state, episodes, noise
+        and reward statistics (``MuJoCoActor.load_state_dict``), so that the resumed run samples
+        what the uninterrupted one would have. Under the same topology with another number of
+        environments: its reward statistics, the episodes restart from reset. Under another
+        topology every actor starts its reward statistics from the merge of all stored ones.
+        Checkpoints without rollout actor states (and runs with reward scaling off) restart both.
+        """
+        from drlcli.algos.ppo.algorithm import rollout_actor_states
+
+        stored = [rollout_actor_states(state) for state in states]
         if any(per_learner is None for per_learner in stored):
             return
         same_topology = len(stored) == len(self.learners) and all(
             len(per_learner) == len(self.topology.actors_of_learner(learner_index))
             for learner_index, per_learner in enumerate(stored)
         )
-        if same_topology:
-            assignment = {
-                actor: stored[learner_index][position]
-                for learner_index in range(len(self.learners))
-                for position, actor in enumerate(self.topology.actors_of_learner(learner_index))
-            }
-        else:
-            moments = [RmsState.from_dict(m) for per in stored for m in per if m is not None]
-            merged = merge_rms_states(moments)
-            abs_max = max(
-                (float(m.get("abs_max", 0.0)) for per in stored for m in per if m), default=0.0
-            )
-            assignment = dict.fromkeys(
-                range(self.topology.num_actors),
-                None if merged is None else {**merged.to_dict(), "abs_max": abs_max},
-            )
-        self.reward_moments = [assignment[index] for index in range(self.topology.num_actors)]
-        _get(
-            [
-                actor.restore_reward_scaler.remote(assignment[index])
-                for index, actor in enumerate(self.rollout_actors)
-            ],
-            self.roles,
-        )
-
-    def _restore_rollout_actors(self, states: list[dict[str, Any]]) -> None:
-        """Each rollout actor continues its episodes, noise and discounted returns where the
-        checkpoint left them (``MuJoCoActor.state_dict``): the resumed run samples what the
-        uninterrupted one would have. Only under the same topology and number of environments;
-        otherwise (and for checkpoints without them) the episodes restart from reset."""
-        stored = [state.get("rollout_actors") for state in states]
-        if any(per_learner is None for per_learner in stored) or len(stored) != len(self.learners):
+        if not same_topology:
+            moments = [entry.get("reward_scaler") for per in stored for entry in per]
+            merged = merge_rms_states([RmsState.from_dict(m) for m in moments if m is not None])
+            abs_max = max((float(m.get("abs_max", 0.0)) for m in moments if m), default=0.0)
+            start = None if merged is None else {**merged.to_dict(), "abs_max": abs_max}
+            self._restore_reward_scalers([start] * self.topology.num_actors)
             return
-        assignment: dict[int, Any] = {}
+        assignment: dict[int, dict[str, Any]] = {}
         for learner_index, per_learner in enumerate(stored):
             owned = self.topology.actors_of_learner(learner_index)
-            if len(per_learner) != len(owned):
-                return
             assignment |= dict(zip(owned, per_learner, strict=True))
-        if any(
-            len(state["envs"]["envs"]) != self.config.env.num_envs for state in assignment.values()
-        ):
+        actor_states = [assignment[index] for index in range(self.topology.num_actors)]
+        num_envs = self.config.env.num_envs
+        if not all("envs" in s and len(s["envs"]["envs"]) == num_envs for s in actor_states):
+            self._restore_reward_scalers([s.get("reward_scaler") for s in actor_states])
             return
+        self.reward_moments = [s.get("reward_scaler") for s in actor_states]
         calls = [
-            actor.load_state_dict.remote(assignment[index])
+            actor.load_state_dict.remote(actor_states[index])
             for index, actor in enumerate(self.rollout_actors)
         ]
         for index, answer in enumerate(_get(calls, self.roles)):
             self.restarts.restarted_unseen(index, answer["process_id"])  # the pid to watch
+
+    def _restore_reward_scalers(self, moments: list[dict[str, Any] | None]) -> None:
+        """Rollout actor ``i`` continues its reward statistics from ``moments[i]``."""
+        self.reward_moments = list(moments)
+        _get(
+            [
+                actor.restore_reward_scaler.remote(moments[index])
+                for index, actor in enumerate(self.rollout_actors)
+            ],
+            self.roles,
+        )
 
     def evaluation_host(self) -> tuple[Any, str]:
         """Rollout actor 0 (``EvaluationHost.evaluate_policy``): a run without periodic evaluation

@@ -102,7 +102,9 @@ class MuJoCoActor(EvaluationHost):
             ``ret`` ``[N]`` with ``N = rollout_length * num_envs``, time-major. stats:
             ``actor_id, process_id, episodes, episode_return_sum, episode_returns, episode_len_sum,
             obs_rms_moments`` (moments of this round's raw observations only),
-            ``reward_moments`` (the reward scaler's running moments for checkpoints, or None).
+            ``reward_moments`` (the reward scaler's running moments after this round, or None:
+            the driver's copy to restore into this actor's process should it die before the
+            next sample; checkpoints take them from ``state_dict``).
         """
         self.actor.load_state_dict(state_dict["actor"])
         self.value_network.load_state_dict(state_dict["value"])
@@ -233,15 +235,17 @@ class MuJoCoActor(EvaluationHost):
     def state_dict(self) -> dict[str, Any]:
         """What the next sample depends on beyond the parameters and statistics it is given:
         the environments' episodes in progress (``EnvBatch.state_dict``), torch's generator
-        (the sampling noise) and each env's discounted return of the reward scaler. With it a
-        resumed run samples what the uninterrupted one would have (Method.md)."""
+        (the sampling noise), the reward scaler's running moments (``reward_scaler``:
+        ``RewardScaler.state_dict()``, None where scaling is off or before any step) and each
+        env's discounted return. With it a resumed run samples what the uninterrupted one would
+        have (Method.md)."""
+        scaler = self.reward_scaler
         return {
             "actor_id": self.actor_id,
             "envs": self.envs.state_dict(),
             "torch_rng": torch.get_rng_state(),
-            "discounted_return": (
-                None if self.reward_scaler is None else self.reward_scaler.discounted_return.copy()
-            ),
+            "reward_scaler": None if scaler is None else scaler.state_dict(),
+            "discounted_return": None if scaler is None else scaler.discounted_return.copy(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> dict[str, Any]:
@@ -256,6 +260,7 @@ class MuJoCoActor(EvaluationHost):
         try:
             self.envs.load_state_dict(state["envs"])
             torch.set_rng_state(torch.as_tensor(state["torch_rng"], dtype=torch.uint8))
+            self.restore_reward_scaler(state["reward_scaler"])
             if self.reward_scaler is not None and state["discounted_return"] is not None:
                 stored = np.asarray(state["discounted_return"], dtype=np.float64)
                 if stored.shape != self.reward_scaler.discounted_return.shape:
@@ -268,6 +273,8 @@ class MuJoCoActor(EvaluationHost):
         return {"actor_id": self.actor_id, "process_id": os.getpid()}
 
     def restore_reward_scaler(self, state: dict[str, Any] | None) -> None:
+        """Continue the reward statistics from ``RewardScaler.state_dict()`` output alone (a
+        restarted process, or a resume under another topology); None starts them afresh."""
         if self.reward_scaler is not None:
             self.reward_scaler.load_state_dict(state)
 
