@@ -40,7 +40,7 @@ BEST_BY_EVALUATION = "evaluation"
 BEST_BY_TRAINING_RETURN = "training return"
 FORMAT_NAME = "drl-checkpoint"
 # Version 2 stores each PPO rollout actor's reward-scaler moments in that actor's state; version
-# 1 kept them apart under the learner, and is still read (algos/ppo rollout_actor_states).
+# 1 kept them apart under the learner, and is still read (rollout_actor.rollout_actor_states).
 FORMAT_VERSION = 2
 SUPPORTED_FORMAT_VERSIONS = (1, 2)
 

@@ -372,7 +372,7 @@ MOMENTS = {"mean": torch.zeros(1, dtype=torch.float64), "var": torch.ones(1), "c
     "modify", [_reward_scalers([MOMENTS, None]), _rollout_actor_reward_scaler(MOMENTS)]
 )
 def test_resume_accepts_reward_moments_of_either_format(tmp_path, checkpoint_file, modify):
-    from drlcli.algos.ppo.algorithm import rollout_actor_states
+    from drlcli.algos.ppo.rollout_actor import rollout_actor_states
     from drlcli.checkpoint import EnvRecord
     from drlcli.config import load_config
     from drlcli.runtime.training import _load_for_resume
@@ -387,7 +387,7 @@ def test_resume_accepts_reward_moments_of_either_format(tmp_path, checkpoint_fil
 
 
 def test_format_1_reward_moments_go_back_into_their_rollout_actors_states():
-    from drlcli.algos.ppo.algorithm import rollout_actor_states
+    from drlcli.algos.ppo.rollout_actor import rollout_actor_states
 
     first, second = {"envs": 1, "torch_rng": 2}, {"envs": 3, "torch_rng": 4}
     assert rollout_actor_states({"actor": {}}) is None

@@ -207,9 +207,8 @@ def load_like_the_processes(config_path: Path, checkpoint_path: Path) -> None:
     its statistics, each learner its state, each rollout actor its episodes and reward
     statistics and samples a round with them, the learner trains on it. A refusal is a
     ``DrlError`` (what the run prints in one line); anything else fails the test."""
-    from drlcli.algos.ppo.algorithm import rollout_actor_states
     from drlcli.algos.ppo.learner import Learner
-    from drlcli.algos.ppo.rollout_actor import MuJoCoActor
+    from drlcli.algos.ppo.rollout_actor import MuJoCoActor, rollout_actor_states
     from drlcli.audit import read_verified_checkpoint
     from drlcli.config import load_config
     from drlcli.envs import env_facts, make_env

@@ -231,7 +231,7 @@ class PPORoundLoop:
         topology every actor starts its reward statistics from the merge of all stored ones.
         Checkpoints without rollout actor states (and runs with reward scaling off) restart both.
         """
-        from drlcli.algos.ppo.algorithm import rollout_actor_states
+        from drlcli.algos.ppo.rollout_actor import rollout_actor_states
 
         stored = [rollout_actor_states(state) for state in states]
         if any(per_learner is None for per_learner in stored):

@@ -29,6 +29,24 @@ from drlcli.normalization import (
 from drlcli.rollout import compute_gae, prepare_action
 
 
+def rollout_actor_states(state: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The stored states of a learner's rollout actors (``MuJoCoActor.state_dict()`` each, in
+    the order of ``Topology.actors_of_learner``), or None where the checkpoint has none.
+
+    Checkpoints of format version 1 kept each actor's reward-scaler moments apart, under the
+    learner (``reward_scalers``); they are put back into the actor's state, and an actor with
+    moments but no stored episodes becomes ``{"reward_scaler": moments}`` alone.
+    """
+    actors = state.get("rollout_actors")
+    scalers = state.get("reward_scalers")  # format version 1
+    if scalers is None:
+        return actors
+    if actors is None or len(actors) != len(scalers):
+        return [{"reward_scaler": moments} for moments in scalers]
+    pairs = zip(actors, scalers, strict=True)
+    return [{**actor, "reward_scaler": moments} for actor, moments in pairs]
+
+
 class MuJoCoActor(EvaluationHost):
     """Rollout actor ``actor_id``: collects on-policy trajectories for its learner (and, as an
     ``EvaluationHost``, evaluates a run's final policy when the run has no evaluator).
