@@ -78,3 +78,5 @@ for await (const line of commands) {
 }
 if (errors.length) console.log(`ERRORS ${JSON.stringify(errors)}`);
 await browser.close();
+// stdin stays open (the caller's pipe) and would keep node's event loop alive.
+process.exit(0);
