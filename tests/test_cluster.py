@@ -50,9 +50,11 @@ def cluster_processes(temp_dir: str) -> list[psutil.Process]:
 
 
 @contextlib.contextmanager
-def two_node_cluster(head_cpus: int = 2):
+def two_node_cluster(head_cpus: int = 2, ray_config: dict[str, str] | None = None):
     """(address, temp dir) of a two-node Ray on 127.0.0.1 (node b with 2 CPUs); every process
-    it started is stopped by PID afterwards."""
+    it started is stopped by PID afterwards. ``ray_config``: Ray system settings for both
+    nodes, as ``RAY_<name>`` environment variables of ``ray start``."""
+    env = {**ENV, **{f"RAY_{name}": value for name, value in (ray_config or {}).items()}}
     temp_dir = tempfile.mkdtemp(prefix="drlray", dir="/tmp")  # short: socket paths
     port = free_port()
     address = f"127.0.0.1:{port}"
@@ -70,7 +72,7 @@ def two_node_cluster(head_cpus: int = 2):
                 '--resources={"drltest_node_a": 1}',
                 *common,
             ],
-            env=ENV,
+            env=env,
             check=True,
             capture_output=True,
             timeout=120,
@@ -84,7 +86,7 @@ def two_node_cluster(head_cpus: int = 2):
                 '--resources={"drltest_node_b": 1}',
                 *common,
             ],
-            env=ENV,
+            env=env,
             check=True,
             capture_output=True,
             timeout=120,
@@ -306,7 +308,10 @@ def test_a_node_that_leaves_mid_round_never_ends_the_run_in_a_traceback(tmp_path
         "algo_params: {num_epochs: 1, num_minibatches: 2, hidden_sizes: [8]}\n"
     )
     repository = str(Path(__file__).resolve().parent.parent)
-    with two_node_cluster(head_cpus=4) as (address, temp_dir):
+    # The head notices node b's death after failure_threshold missed health checks, 3 s apart
+    # by default (15 s of waiting); 0.5 s apart, a busy but live raylet still answers in time.
+    fast_death = {"health_check_period_ms": "500", "health_check_failure_threshold": "4"}
+    with two_node_cluster(head_cpus=4, ray_config=fast_death) as (address, temp_dir):
         driver = subprocess.Popen(
             [sys.executable, "-m", "drlcli", "train", str(config), "--quiet", "--address", address],
             env={**ENV, "PYTHONPATH": repository},  # the workers import tests.range_envs

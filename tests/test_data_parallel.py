@@ -142,7 +142,7 @@ def test_a_learner_that_cannot_reach_the_group_fails_in_one_line(monkeypatch):
     from drlcli.errors import TrainingError
     from drlcli.off_policy import data_parallel
 
-    monkeypatch.setattr(data_parallel, "JOIN_TIMEOUT_S", 2.0)
+    monkeypatch.setattr(data_parallel, "JOIN_TIMEOUT_S", 0.5)
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
