@@ -31,8 +31,10 @@ $(PAGE): web/package.json web/package-lock.json web/build.mjs $(wildcard web/src
 demo: setup
 	$(BIN)/drl train quickstart
 
+# Two pytest-xdist workers: the Ray tests as one group in one worker (one Ray session, run in
+# order), the others, mostly single-threaded, in the second (tests/conftest.py sets the group).
 test: setup
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadgroup
 	@if [ -d web/node_modules ]; then cd web && npm test --silent; fi
 
 # The edit-test loop: the tests that need neither Ray nor a subprocess (a test that starts a

@@ -10,17 +10,33 @@ import pytest
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("MUJOCO_GL", "egl")
+# make test runs two pytest-xdist workers on a machine that may have two cores: OpenMP threads
+# that spin while they wait for a core (libgomp's default) make a process with two torch threads
+# beside another busy one several times slower (a FlashSAC test: 11 s alone, 64 s beside a
+# two-thread torch loop, 15 s with passive waits). Set before anything imports torch; Ray's
+# workers and the CLI's subprocesses inherit it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# pytest-xdist's workers set COLUMNS=80, which rich reads once when drl's module-level consoles
+# are made; the tests give the width per call (CliRunner's env) instead.
+os.environ.pop("COLUMNS", None)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FAST_ONLY = os.environ.get("DRL_TEST_FAST") == "1"  # make test-fast
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test that uses the shared Ray session is marked ``ray``: ``-m "not ray"`` (and
-    ``make test-fast``) leaves them out without each module having to say so."""
+    ``make test-fast``) leaves them out without each module having to say so.
+
+    Under ``make test`` (pytest-xdist, ``--dist loadgroup``) the Ray tests are one group: one
+    worker runs them in order in one Ray session, while the other runs the rest, which are
+    mostly single-threaded and would leave a core idle beside them."""
     for item in items:
         if "ray_cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.ray)
+        if item.get_closest_marker("ray") is not None:
+            item.add_marker(pytest.mark.xdist_group("ray"))
 
 
 @pytest.fixture(autouse=FAST_ONLY)

@@ -175,14 +175,16 @@ def test_play_command_prints_the_episode_table(checkpoint_file):
         env={"COLUMNS": "120"},
     )
     assert result.exit_code == 0, result.output
-    assert "deterministic transform(mean)" in result.output
+    # The title wraps to the table's width wherever the checkpoint's path puts it.
+    assert "deterministictransform(mean)" in "".join(result.output.split())
     assert "mean" in result.output and "±" in result.output
     stochastic = runner.invoke(
         app,
         ["play", str(checkpoint_file()), "--episodes", "1", "--stochastic"],
         env={"COLUMNS": "120"},
     )
-    assert stochastic.exit_code == 0 and "stochastic explore" in stochastic.output
+    assert stochastic.exit_code == 0
+    assert "stochasticexplore" in "".join(stochastic.output.split())
 
 
 def test_play_command_errors(checkpoint_file, tmp_path):

@@ -277,7 +277,14 @@ def start_dashboard(
                 f"port {port} on {host} is in use (another dashboard?); choose one with --port"
             ) from None
         raise UsageError(f"cannot serve on {host}:{port}: {error.strerror}") from None
-    thread = threading.Thread(target=server.serve_forever, name="drl-dashboard", daemon=True)
+    # shutdown() waits for the serving loop's next poll: 0.1 s instead of the default 0.5 s
+    # (a dashboard's Ctrl-C, the end of `drl train --dashboard`).
+    thread = threading.Thread(
+        target=server.serve_forever,
+        kwargs={"poll_interval": 0.1},
+        name="drl-dashboard",
+        daemon=True,
+    )
     thread.start()
     return server
 
