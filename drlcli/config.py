@@ -205,14 +205,31 @@ def load_config(path: str | Path) -> Config:
             mapping, an unknown key, a wrong type, a value out of range, an unknown algorithm.
     """
     path = Path(path)
+    raw = read_yaml_mapping(path, what="config file")
+    try:
+        return config_from_dict(raw, default_name=path.stem)
+    except ConfigError as error:
+        raise ConfigError(f"{path}: {error}") from error
+
+
+def read_yaml_mapping(path: Path, what: str) -> dict[str, Any]:
+    """A YAML file whose top level is a mapping (YAML 1.2 floats: ``3e-4`` is a number).
+
+    Args:
+        path: the file.
+        what: how error messages name it (``config file``, ``search space file``).
+
+    Raises:
+        ConfigError: a missing, empty, unreadable or malformed file, or another top level.
+    """
     if not path.exists():
-        raise ConfigError(f"{path}: config file not found")
+        raise ConfigError(f"{path}: {what} not found")
     if path.is_dir():
-        raise ConfigError(f"{path}: is a directory, expected a YAML config file")
+        raise ConfigError(f"{path}: is a directory, expected a YAML {what}")
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
-        raise ConfigError(f"{path}: cannot read config file ({error})") from error
+        raise ConfigError(f"{path}: cannot read {what} ({error})") from error
     try:
         raw = yaml.load(text, Loader=_StrictYamlLoader)
     except yaml.YAMLError as error:
@@ -223,15 +240,12 @@ def load_config(path: str | Path) -> Config:
         problem = getattr(error, "problem", None) or "invalid YAML"
         raise ConfigError(f"{path}: YAML syntax error{where}: {problem}") from error
     if raw is None:
-        raise ConfigError(f"{path}: config file is empty; see configs/ for examples")
+        raise ConfigError(f"{path}: {what} is empty; see configs/ for examples")
     if not isinstance(raw, dict):
         raise ConfigError(
             f"{path}: top level must be a mapping of keys to values, got {type(raw).__name__}"
         )
-    try:
-        return config_from_dict(raw, default_name=path.stem)
-    except ConfigError as error:
-        raise ConfigError(f"{path}: {error}") from error
+    return raw
 
 
 def config_from_dict(raw: dict[str, Any], default_name: str = "run") -> Config:
