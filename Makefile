@@ -31,8 +31,8 @@ $(PAGE): web/package.json web/package-lock.json web/build.mjs $(wildcard web/src
 demo: setup
 	$(BIN)/drl train quickstart
 
-# Two pytest-xdist workers: the Ray tests as one group in one worker (one Ray session, run in
-# order), the others, mostly single-threaded, in the second (tests/conftest.py sets the group).
+# Two pytest-xdist workers: the shared Ray session's tests as one group in one worker (run in
+# order), the others beside them (tests/conftest.py sets the group).
 test: setup
 	$(BIN)/python -m pytest -n 2 --dist loadgroup
 	@if [ -d web/node_modules ]; then cd web && npm test --silent; fi

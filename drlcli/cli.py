@@ -92,6 +92,11 @@ EXAMPLES: dict[str, list[tuple[str, str]]] = {
     ],
     "export": [("drl export output/model_quickstart.pt policy.onnx", "ONNX, parity-checked")],
     "verify": [("drl verify output/model_quickstart.pt", "audit; --json for machines")],
+    "tune": [
+        ("drl tune hopper_ppo space.yaml", "the search space file: see the README"),
+        ("drl tune hopper_ppo space.yaml --dry-run", "check both files, print the plan"),
+        ("drl tune my.yaml space.yaml --trials 40 --address HOST:6379", "over a cluster"),
+    ],
     "dashboard": [
         ("drl dashboard", "every run under output/, at http://127.0.0.1:6007/"),
         ("drl dashboard runs/ other/ --port 8080", ""),
@@ -469,6 +474,65 @@ def dashboard(
             stderr.print("dashboard stopped")
         finally:
             server.shutdown()
+
+    _run(body)
+
+
+@app.command(epilog=_examples("tune"))
+def tune(
+    config_path: Annotated[
+        Path, typer.Argument(metavar="CONFIG", help="The config every trial starts from.")
+    ],
+    space_path: Annotated[
+        Path,
+        typer.Argument(
+            metavar="SPACE", help="YAML: 'space' (config key -> distribution) and 'search'."
+        ),
+    ],
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output", help="The search's folder (default: <output_dir>/search_<config name>)."
+        ),
+    ] = None,
+    trials: Annotated[
+        int | None, typer.Option("--trials", min=1, help="Trials (overrides search.trials).")
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Check CONFIG and SPACE, print the plan; start nothing."),
+    ] = False,
+    address: Annotated[
+        str | None,
+        typer.Option(
+            "--address",
+            envvar="RAY_ADDRESS",
+            help="Ray cluster to spread the trials over (default: a local Ray).",
+        ),
+    ] = None,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", help="No live table of the trials; the summary only.")
+    ] = False,
+) -> None:
+    """Search hyper-parameters: trials of drl train as Ray Tune trials (Optuna's TPE, ASHA
+    pruning at evaluation points), the best re-trained on fresh seeds, the winner written as a
+    config drl train runs, and every trial in results.csv."""
+
+    def body() -> None:
+        from drlcli.report import render_search_plan
+        from drlcli.tune.runner import prepare_search, require_tune, search_folder
+
+        plan = prepare_search(_config_or_preset(config_path), space_path, trials)
+        folder = output or search_folder(plan)
+        if dry_run:
+            render_search_plan(plan, folder, stdout)
+            return
+        require_tune(plan.settings.searcher)
+        from drlcli.report import render_search_summary
+        from drlcli.tune.runner import run_search
+
+        summary = run_search(plan, folder, address=address, quiet=quiet, console=stdout)
+        render_search_summary(summary, stdout)
 
     _run(body)
 

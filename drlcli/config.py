@@ -272,6 +272,16 @@ def config_from_dict(raw: dict[str, Any], default_name: str = "run") -> Config:
     return dataclasses.replace(config, name=name, metrics_path=metrics_path)
 
 
+def build_section(cls: type, raw: Any, path: str) -> Any:
+    """A dataclass of settings from a plain mapping, checked as config sections are (unknown
+    keys with the nearest name, types, the fields' declared bounds), errors naming ``path``.
+
+    Raises:
+        ConfigError: naming the key path.
+    """
+    return _build_dataclass(cls, raw, path)
+
+
 def check_env_kwargs(kwargs: Any, path: str) -> None:
     """Env kwargs are plain JSON data (they travel to every process and into checkpoints) and
     leave drl's own gymnasium.make arguments alone.

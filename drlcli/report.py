@@ -152,3 +152,74 @@ def render_export(summary: Any, console: Console) -> None:
         ),
     )
     console.print(table)
+
+
+def render_search_plan(plan: Any, folder: Any, console: Console) -> None:
+    """``drl tune --dry-run``: the searched keys and how the search would run."""
+    space = Table(title="search space", header_style="bold")
+    space.add_column("key")
+    space.add_column("distribution")
+    space.add_column("values")
+    for dimension in plan.dimensions:
+        values = (
+            ", ".join(escape(repr(value)) for value in dimension.values)
+            if dimension.kind == "choice"
+            else f"[{dimension.low:g}, {dimension.high:g}]"
+        )
+        space.add_row(escape(dimension.key), dimension.kind, values)
+    console.print(space)
+    settings = plan.settings
+    how = Table(title="search", show_header=False)
+    how.add_column("", style="bold")
+    how.add_column("")
+    pruning = (
+        f"ASHA, after {settings.grace_evaluations} evaluations"
+        if settings.scheduler == "asha"
+        else "none (every trial runs its whole budget)"
+    )
+    retrain = (
+        f"the best {settings.retrain_top} on seeds {', '.join(map(str, settings.retrain_seeds))}"
+        if settings.retrain_top
+        else "none (the winner is the best trial as searched)"
+    )
+    for what, value in (
+        ("trials", f"{settings.trials}, {plan.env_steps:,} env steps each"),
+        ("searcher", "Optuna TPE" if settings.searcher == "optuna" else "random"),
+        ("pruning", pruning),
+        ("evaluation", f"every {plan.evaluation_interval:,} env steps"),
+        ("objective", f"mean return of the last {settings.objective_evaluations} evaluations"),
+        ("CPUs per trial", f"{settings.cpus_per_trial:g}"),
+        ("re-training", retrain),
+        ("folder", escape(str(folder))),
+    ):
+        how.add_row(what, value)
+    console.print(how)
+
+
+def render_search_summary(summary: Any, console: Console) -> None:
+    """The re-trained candidates, the winner and what the search wrote."""
+    if summary.candidates:
+        seeds = list(summary.candidates[0].seed_returns)
+        table = Table(title="the best trials, re-trained on fresh seeds", header_style="bold")
+        table.add_column("trial")
+        table.add_column("values")
+        table.add_column("search", justify="right")
+        for seed in seeds:
+            table.add_column(f"seed {seed}", justify="right")
+        table.add_column("median", justify="right")
+        table.add_column("IQM", justify="right")
+        for candidate in summary.candidates:
+            values = ", ".join(f"{key}={value!r}" for key, value in candidate.values.items())
+            table.add_row(
+                escape(candidate.trial),
+                escape(values),
+                f"{candidate.search_objective:.1f}",
+                *(f"{candidate.seed_returns[seed]:.1f}" for seed in seeds),
+                f"{candidate.median:.1f}",
+                f"{candidate.iqm:.1f}",
+            )
+        console.print(table)
+    console.print(
+        escape(f"winner: drl train {summary.winner_yaml}"), style="bold green", highlight=False
+    )
+    console.print(escape(f"every trial: {summary.results_csv}"), highlight=False)

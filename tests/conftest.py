@@ -29,14 +29,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Every test that uses the shared Ray session is marked ``ray``: ``-m "not ray"`` (and
     ``make test-fast``) leaves them out without each module having to say so.
 
-    Under ``make test`` (pytest-xdist, ``--dist loadgroup``) the Ray tests are one group: one
-    worker runs them in order in one Ray session, while the other runs the rest, which are
-    mostly single-threaded and would leave a core idle beside them."""
+    Under ``make test`` (pytest-xdist, ``--dist loadgroup``) the tests of the shared session
+    are one group: one worker runs them in order in one Ray session, while the other runs the
+    rest (clusters of their own included), most of which are single-threaded and would leave a
+    core idle beside them."""
     for item in items:
         if "ray_cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.ray)
-        if item.get_closest_marker("ray") is not None:
-            item.add_marker(pytest.mark.xdist_group("ray"))
+            item.add_marker(pytest.mark.xdist_group("ray_session"))
 
 
 @pytest.fixture(autouse=FAST_ONLY)

@@ -4,7 +4,6 @@ off_policy/data_parallel.py)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +50,6 @@ class OffPolicyRoundLoop:
             .remote(index, config.env)
             for index in range(topology.num_actors)
         ]
-        # Torch threads per learner process: this machine's cores split among the learners.
-        threads_per_learner = max(1, (os.cpu_count() or 1) // topology.num_learners)
         self.workers = []
         for learner_index in range(topology.num_learners):
             owned = list(topology.actors_of_learner(learner_index))
@@ -64,7 +61,7 @@ class OffPolicyRoundLoop:
                     self.off_policy,
                     [self.steppers[index] for index in owned],
                     config.env.num_envs,
-                    threads_per_learner,
+                    resources.learner_torch_threads,
                     RestartCounter(config.max_rollout_actor_restarts, owned),
                 )
             )

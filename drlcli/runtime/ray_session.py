@@ -73,7 +73,8 @@ class ProcessResources:
     rollout_actor: dict[str, Any]  # also the evaluator's
     cpu_share: float  # CPUs per CPU-bound process: 1, or less on a cluster with too few
     cpu_processes: int  # rollout actors, CPU learners and the evaluator (if it has its own)
-    cluster_cpus: float
+    cluster_cpus: float  # the cluster's CPUs, or the placement group's the run is inside
+    learner_torch_threads: int  # torch threads of each (off-policy) learner process
 
 
 def cpu_share(node_cpus: list[float], processes: int) -> float:
@@ -101,25 +102,46 @@ def process_resources(
     evaluator (its request is ``rollout_actor``'s; ``evaluator_process``: whether it has a
     process of its own), or an equal share that fits them all on the cluster's nodes when they
     have fewer CPUs than that (whole-CPU requests would leave the surplus pending forever);
-    rollout actors and the evaluator spread over the nodes. Call inside a Ray session."""
+    rollout actors and the evaluator spread over the nodes. Call inside a Ray session.
+
+    Inside a placement group (a ``drl tune`` trial: Ray Tune reserves each trial's resources as
+    one), every process is placed in that group and the shares fit its bundles instead of the
+    nodes: a run never takes CPUs another trial reserved."""
     import ray
+    from ray.util import get_current_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     cuda = topology.learner_device == "cuda"
     cpu_processes = (
         topology.num_actors + (0 if cuda else topology.num_learners) + int(evaluator_process)
     )
-    node_cpus = [
-        float(node["Resources"].get("CPU", 0.0)) for node in ray.nodes() if node.get("Alive")
-    ]
+    group = get_current_placement_group()
+    if group is not None:
+        node_cpus = [float(bundle.get("CPU", 0.0)) for bundle in group.bundle_specs]
+        placed: dict[str, Any] = {
+            "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                group, placement_group_capture_child_tasks=True
+            )
+        }
+        spread = placed
+        machine_cpus = sum(node_cpus)
+    else:
+        node_cpus = [
+            float(node["Resources"].get("CPU", 0.0)) for node in ray.nodes() if node.get("Alive")
+        ]
+        placed, spread = {}, {"scheduling_strategy": "SPREAD"}
+        machine_cpus = float(os.cpu_count() or 1)
     share = cpu_share(node_cpus, cpu_processes)
     learner = {"num_gpus": 1.0} if cuda else {"num_cpus": share}
     return ProcessResources(
-        learner=learner,
+        learner={**learner, **placed},
         # Spread over the cluster's nodes: every machine steps environments.
-        rollout_actor={"num_cpus": share, "scheduling_strategy": "SPREAD"},
+        rollout_actor={"num_cpus": share, **spread},
         cpu_share=share,
         cpu_processes=cpu_processes,
         cluster_cpus=sum(node_cpus),
+        # This machine's cores (a trial: its CPUs) split among the learners.
+        learner_torch_threads=max(1, int(machine_cpus) // topology.num_learners),
     )
 
 

@@ -1,0 +1,290 @@
+"""``drl tune``'s stateful shell: checks everything, runs the search's trials with Ray Tune,
+re-trains the best on fresh seeds, and writes the results CSV and the winner's config."""
+
+from __future__ import annotations
+
+import logging
+import os
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+
+from drlcli.config import config_from_dict, read_yaml_mapping
+from drlcli.errors import ConfigError, TrainingError, UsageError
+from drlcli.topology import AvailableDevices, topology_for_config
+from drlcli.tune.search import (
+    OBJECTIVE,
+    TrialPlan,
+    decode_values,
+    interquartile_mean,
+    plan_trials,
+    run_trial,
+    trial_resources,
+    tune_space,
+    winner_config,
+    write_results_csv,
+)
+from drlcli.tune.settings import parse_search_settings
+from drlcli.tune.space import parse_space, read_space_file
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One of the best trials, re-trained: its values, its objective in the search, and the
+    final deterministic evaluation return on each re-training seed."""
+
+    trial: str
+    values: dict[str, Any]
+    search_objective: float
+    seed_returns: dict[int, float]
+
+    @property
+    def median(self) -> float:
+        return float(statistics.median(self.seed_returns.values()))
+
+    @property
+    def iqm(self) -> float:
+        return interquartile_mean(list(self.seed_returns.values()))
+
+
+@dataclass(frozen=True)
+class SearchSummary:
+    """What a search wrote: its folder, the results CSV, the winner's config, and the
+    re-trained candidates, best first."""
+
+    folder: Path
+    results_csv: Path
+    winner_yaml: Path
+    winner_values: dict[str, Any]
+    candidates: list[Candidate]
+
+
+def require_tune(searcher: str = "optuna") -> None:
+    """Ray Tune (and Optuna for its searcher) are an optional extra.
+
+    Raises:
+        UsageError: naming what to install.
+    """
+    missing = []
+    try:
+        import ray.tune  # noqa: F401
+    except ImportError:
+        missing.append("Ray Tune")
+    if searcher == "optuna":
+        try:
+            import optuna  # noqa: F401
+        except ImportError:
+            missing.append("Optuna")
+    if missing:
+        raise UsageError(
+            f"drl tune needs {' and '.join(missing)}, not installed here: "
+            "pip install 'drlcli[tune]'"
+        )
+
+
+def search_folder(plan: TrialPlan) -> Path:
+    """The default folder of a search: ``<output_dir>/search_<config name>``."""
+    return Path(plan.base.get("output_dir", "output")) / f"search_{plan.base['name']}"
+
+
+def prepare_search(config_path: Path, space_path: Path, trials: int | None = None) -> TrialPlan:
+    """Read and check the config and the space file; nothing runs.
+
+    Raises:
+        ConfigError: in either file, naming the key.
+    """
+    base = read_yaml_mapping(Path(config_path), what="config file")
+    try:
+        config = config_from_dict(base, default_name=Path(config_path).stem)
+    except ConfigError as error:
+        raise ConfigError(f"{config_path}: {error}") from None
+    raw = read_space_file(space_path)
+    try:
+        dimensions = parse_space(raw["space"], base)
+        search = dict(raw.get("search") or {})
+        if trials is not None:
+            search["trials"] = trials
+        settings = parse_search_settings(search, config)
+    except ConfigError as error:
+        raise ConfigError(f"{space_path}: {error}") from None
+    # Trials train on CPUs; a topology that needs GPUs is refused here, not in every trial.
+    topology_for_config(config, AvailableDevices(cuda_devices=0, mps=False))
+    base.setdefault("name", config.name)
+    return plan_trials(base, config, dimensions, settings)
+
+
+def run_search(
+    plan: TrialPlan,
+    folder: Path,
+    *,
+    address: str | None = None,
+    quiet: bool = False,
+    console: Console | None = None,
+) -> SearchSummary:
+    """Run the search's trials, re-train the best ``retrain_top`` on the re-training seeds,
+    and write ``results.csv`` and ``winner.yaml`` into ``folder``."""
+    from ray import tune
+
+    from drlcli.runtime.ray_session import ray_session
+
+    console = console or Console()
+    settings = plan.settings
+    folder = Path(folder).resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    probe = plan.trial_config({}, folder, 0)
+    resources = trial_resources(probe, settings)
+    with ray_session(address, num_cpus=os.cpu_count() or 1):
+        tuner = tune.Tuner(
+            tune.with_resources(tune.with_parameters(run_trial, plan=plan), resources),
+            param_space=tune_space(plan.dimensions),
+            tune_config=tune.TuneConfig(
+                metric=OBJECTIVE,
+                mode="max",
+                num_samples=settings.trials,
+                search_alg=_searcher(settings),
+                scheduler=_scheduler(plan),
+                trial_name_creator=_trial_name,
+                trial_dirname_creator=_trial_name,
+            ),
+            run_config=tune.RunConfig(
+                storage_path=str(folder),
+                name="trials",
+                verbose=0 if quiet else 1,
+                log_to_file=True,
+            ),
+        )
+        results = tuner.fit()
+        rows, ranked = [], []
+        for result in results:
+            values = decode_values(result.config, plan.dimensions)
+            metrics = result.metrics or {}
+            trial = Path(result.path).name
+            row = {"trial": trial, **{key: _plain(value) for key, value in values.items()}}
+            row.update(
+                objective=metrics.get(OBJECTIVE),
+                last_evaluation_return=metrics.get("evaluation_return"),
+                env_steps=metrics.get("env_steps"),
+                state="error" if result.error else _state(metrics, plan),
+                error=_first_line(result.error) if result.error else "",
+                folder=str(result.path),
+            )
+            rows.append(row)
+            if result.error is None and metrics.get(OBJECTIVE) is not None:
+                ranked.append((float(metrics[OBJECTIVE]), trial, values))
+        ranked.sort(key=lambda item: -item[0])
+        results_csv = folder / "results.csv"
+        write_results_csv(results_csv, sorted(rows, key=lambda row: -(row["objective"] or -1e300)))
+        if not ranked:
+            raise TrainingError(
+                f"no trial of the search finished an evaluation; see {results_csv} and the "
+                f"trials' logs under {folder / 'trials'}"
+            )
+        candidates = _retrain(plan, ranked[: settings.retrain_top], folder, quiet)
+    if candidates:
+        best = candidates[0]
+        winner_values = best.values
+    else:
+        winner_values = ranked[0][2]
+    winner_yaml = folder / "winner.yaml"
+    winner = winner_config(plan.base, winner_values)
+    winner["name"] = f"{plan.base['name']}_tuned"
+    winner_yaml.write_text(
+        "# drl tune's winner: drl train "
+        + str(winner_yaml)
+        + "\n"
+        + yaml.safe_dump(winner, sort_keys=False)
+    )
+    return SearchSummary(folder, results_csv, winner_yaml, winner_values, candidates)
+
+
+def _retrain(plan: TrialPlan, top, folder: Path, quiet: bool) -> list:
+    """Each of the ``top`` trials trained again on every re-training seed (a grid of Ray Tune
+    trials, no pruning); candidates by median final return, then interquartile mean."""
+    if not top:
+        return []
+    from ray import tune
+
+    seeds = list(plan.settings.retrain_seeds)
+    grid = [{"trial": trial, "values": values} for _, trial, values in top]
+    tuner = tune.Tuner(
+        tune.with_resources(
+            tune.with_parameters(_retrain_trial, plan=plan),
+            trial_resources(plan.trial_config({}, folder, 0), plan.settings),
+        ),
+        param_space={"candidate": tune.grid_search(grid), "seed": tune.grid_search(seeds)},
+        tune_config=tune.TuneConfig(
+            metric=OBJECTIVE,
+            mode="max",
+            trial_name_creator=_retrain_name,
+            trial_dirname_creator=_retrain_name,
+        ),
+        run_config=tune.RunConfig(
+            storage_path=str(folder), name="retrain", verbose=0 if quiet else 1
+        ),
+    )
+    returns: dict[str, dict[int, float]] = {trial: {} for _, trial, _ in top}
+    for result in tuner.fit():
+        if result.error is not None:
+            raise TrainingError(f"a re-training trial failed: {_first_line(result.error)}")
+        final = (result.metrics or {}).get("evaluation_return")
+        returns[result.config["candidate"]["trial"]][result.config["seed"]] = float(final)
+    candidates = [
+        Candidate(trial, values, objective, returns[trial]) for objective, trial, values in top
+    ]
+    return sorted(candidates, key=lambda candidate: (-candidate.median, -candidate.iqm))
+
+
+def _trial_name(trial: Any) -> str:
+    """``trial_<n>``: the search's trial number (the start of Ray Tune's experiment tag)."""
+    return f"trial_{int(trial.experiment_tag.split('_', 1)[0]):03d}"
+
+
+def _retrain_name(trial: Any) -> str:
+    return f"{trial.config['candidate']['trial']}_seed{trial.config['seed']}"
+
+
+def _retrain_trial(params: dict[str, Any], plan: TrialPlan) -> None:
+    run_trial({"values": params["candidate"]["values"], "seed": params["seed"]}, plan, "seed")
+
+
+def _searcher(settings):
+    if settings.searcher == "random":
+        from ray.tune.search.basic_variant import BasicVariantGenerator
+
+        return BasicVariantGenerator(random_state=settings.seed)
+    import optuna
+    from ray.tune.search.optuna import OptunaSearch
+
+    optuna.logging.set_verbosity(logging.WARNING)
+    return OptunaSearch(sampler=optuna.samplers.TPESampler(seed=settings.seed))
+
+
+def _scheduler(plan: TrialPlan):
+    if plan.settings.scheduler == "none":
+        return None
+    from ray.tune.schedulers import ASHAScheduler
+
+    return ASHAScheduler(
+        time_attr="env_steps",
+        max_t=plan.env_steps,
+        grace_period=plan.evaluation_interval * plan.settings.grace_evaluations,
+        reduction_factor=2,
+    )
+
+
+def _state(metrics: dict[str, Any], plan: TrialPlan) -> str:
+    steps = metrics.get("env_steps") or 0
+    return "finished" if steps >= plan.env_steps else "stopped early"
+
+
+def _plain(value: Any) -> Any:
+    return value if isinstance(value, (type(None), bool, int, float, str)) else str(value)
+
+
+def _first_line(error: Any) -> str:
+    text = str(error).strip()
+    return text.splitlines()[-1] if text else type(error).__name__

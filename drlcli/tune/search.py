@@ -1,0 +1,220 @@
+"""``drl tune``: trials of ``drl train`` as Ray Tune trials, then the best re-trained on fresh
+seeds and a winner written as a config.
+
+Each trial is a normal drl run in its own folder (config, metrics CSV, checkpoints), inside the
+placement group Ray Tune reserves for it (``SearchSettings.cpus_per_trial``): its rollout
+actors, learner and evaluator never take CPUs another trial holds. The objective is the mean
+deterministic evaluation return of a trial's last few evaluations; trials report at each
+evaluation, which is where ASHA may stop them.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+
+from drlcli.config import Config, config_from_dict
+from drlcli.tune.settings import SearchSettings
+from drlcli.tune.space import Dimension, with_values
+
+OBJECTIVE = "objective"  # the metric every trial reports and the search maximises
+PRIMITIVE = (type(None), bool, int, float, str)
+
+
+@dataclass(frozen=True)
+class TrialPlan:
+    """What every trial of a search shares: the config mapping it starts from (``base``), the
+    searched keys, the settings, and the resolved budget and evaluation interval."""
+
+    base: dict[str, Any]
+    dimensions: tuple[Dimension, ...]
+    settings: SearchSettings
+    env_steps: int
+    evaluation_interval: int
+
+    def trial_config(self, values: Mapping[str, Any], folder: Path, seed: int) -> Config:
+        """The config of one trial: the searched ``values`` set, writing into ``folder``."""
+        raw = with_values(self.base, values)
+        raw.pop("metrics_path", None)
+        raw.update(
+            name="trial",
+            output_dir=str(folder),
+            total_env_steps=self.env_steps,
+        )
+        raw.setdefault("env", {})["seed"] = seed
+        raw.setdefault("evaluation", {})["interval_env_steps"] = self.evaluation_interval
+        return config_from_dict(raw)
+
+
+def plan_trials(
+    base: Mapping[str, Any],
+    config: Config,
+    dimensions: Sequence[Dimension],
+    settings: SearchSettings,
+) -> TrialPlan:
+    """Resolve the trials' budget (``trial_env_steps`` or the config's) and evaluation interval
+    (the config's, else the budget over ``evaluations_per_trial``)."""
+    env_steps = settings.trial_env_steps or config.total_env_steps
+    interval = config.evaluation.interval_env_steps or max(
+        1, env_steps // settings.evaluations_per_trial
+    )
+    return TrialPlan(dict(base), tuple(dimensions), settings, env_steps, interval)
+
+
+def encode_choices(values: Sequence[Any]) -> tuple[list[Any], dict[Any, Any]]:
+    """Choices as a searcher can hold them (Optuna takes None, bool, int, float, str): lists
+    and mappings become their JSON text. Returns the choices and the text -> value map."""
+    encoded, decode = [], {}
+    for value in values:
+        if isinstance(value, PRIMITIVE):
+            encoded.append(value)
+        else:
+            text = json.dumps(value)
+            encoded.append(text)
+            decode[text] = value
+    return encoded, decode
+
+
+def tune_space(dimensions: Sequence[Dimension]) -> dict[str, Any]:
+    """Ray Tune's search space of the dimensions (``int`` ranges include ``high``)."""
+    from ray import tune
+
+    space = {}
+    for dimension in dimensions:
+        if dimension.kind == "choice":
+            space[dimension.key] = tune.choice(encode_choices(dimension.values)[0])
+        elif dimension.kind == "uniform":
+            space[dimension.key] = tune.uniform(dimension.low, dimension.high)
+        elif dimension.kind == "loguniform":
+            space[dimension.key] = tune.loguniform(dimension.low, dimension.high)
+        else:
+            space[dimension.key] = tune.randint(dimension.low, dimension.high + 1)
+    return space
+
+
+def decode_values(params: Mapping[str, Any], dimensions: Sequence[Dimension]) -> dict[str, Any]:
+    """A trial's sampled parameters as config values (choices' JSON text decoded)."""
+    values = {}
+    for dimension in dimensions:
+        value = params[dimension.key]
+        if dimension.kind == "choice":
+            value = encode_choices(dimension.values)[1].get(value, value)
+        values[dimension.key] = value
+    return values
+
+
+def objective_of(evaluation_returns: Sequence[float], last: int) -> float:
+    """The mean of the last ``last`` evaluation returns (fewer when fewer were made)."""
+    if not evaluation_returns:
+        raise ValueError("no evaluation yet")
+    return float(statistics.fmean(evaluation_returns[-last:]))
+
+
+def interquartile_mean(values: Sequence[float]) -> float:
+    """The mean of the middle half of ``values`` (Agarwal et al. 2021): the values between the
+    25th and 75th percentiles, the boundary ones weighted by the fraction inside."""
+    ordered = sorted(values)
+    count = len(ordered)
+    if count == 0:
+        raise ValueError("no values")
+    low, high = 0.25 * count, 0.75 * count
+    total = weight = 0.0
+    for index, value in enumerate(ordered):
+        inside = max(0.0, min(index + 1, high) - max(index, low))
+        total += inside * value
+        weight += inside
+    return total / weight
+
+
+class EvaluationReporter:
+    """The metrics sink of a trial: at each row that carries an evaluation, ``report`` (Ray
+    Tune's) gets the objective so far, the evaluation's return and its env steps."""
+
+    name = "ray tune"
+
+    def __init__(self, objective_evaluations: int, report) -> None:
+        self.objective_evaluations = objective_evaluations
+        self.report = report
+        self.returns: list[float] = []
+
+    def write(self, row: Mapping[str, Any]) -> None:
+        if row.get("eval_return_mean") is None:
+            return
+        self.add(float(row["eval_return_mean"]), int(row["eval_env_steps"]))
+
+    def add(self, evaluation_return: float, env_steps: int) -> None:
+        self.returns.append(evaluation_return)
+        self.report(
+            {
+                OBJECTIVE: objective_of(self.returns, self.objective_evaluations),
+                "evaluation_return": evaluation_return,
+                "env_steps": env_steps,
+            }
+        )
+
+    def close(self) -> None:
+        pass
+
+
+def run_trial(params: Mapping[str, Any], plan: TrialPlan, seed_key: str | None = None) -> None:
+    """The Ray Tune trainable: train one trial's config and report at each evaluation, the
+    final one included. ``seed_key``: the parameter holding the seed (re-training); else the
+    config's env.seed."""
+    from ray import tune
+
+    from drlcli.runtime.training import train
+    from drlcli.topology import AvailableDevices
+
+    values = decode_values(params, plan.dimensions) if seed_key is None else params["values"]
+    seed = params[seed_key] if seed_key else plan.base.get("env", {}).get("seed", 0)
+    folder = Path(tune.get_context().get_trial_dir())
+    config = plan.trial_config(values, folder, seed)
+    (folder / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    reporter = EvaluationReporter(plan.settings.objective_evaluations, tune.report)
+    with open(os.devnull, "w") as devnull:
+        summary = train(
+            config,
+            quiet=True,
+            console=Console(file=devnull),
+            devices=AvailableDevices(cuda_devices=0, mps=False),
+            metrics_sinks=[reporter],
+        )
+    if summary.final_evaluation is not None:
+        reporter.add(summary.final_evaluation.return_mean, summary.env_steps)
+
+
+def trial_resources(config: Config, settings: SearchSettings):
+    """Ray Tune's reservation for one trial: a sliver for the trial's own process, then equal
+    bundles for its rollout actors, CPU learners and evaluator within ``cpus_per_trial``."""
+    from ray.tune import PlacementGroupFactory
+
+    processes = config.num_actors + config.num_gpus + 1
+    share = math.floor(settings.cpus_per_trial / processes * 1e4) / 1e4
+    return PlacementGroupFactory([{"CPU": 1e-4}] + [{"CPU": share}] * processes)
+
+
+def winner_config(base: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
+    """The winner as a config mapping ``drl train`` runs as is: the base config with the
+    winning values."""
+    return with_values(base, values)
+
+
+def write_results_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
+    """All trials, one row each, columns in first-seen order."""
+    columns: list[str] = []
+    for row in rows:
+        columns += [key for key in row if key not in columns]
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)

@@ -1,0 +1,67 @@
+"""The ``search:`` section of a space file: how ``drl tune`` searches. Pure: no Ray."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from drlcli.config import Config, build_section
+from drlcli.config_fields import in_range, one_of, positive
+from drlcli.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """How a search runs (the ``search:`` section of the space file; every key optional)."""
+
+    trials: int = field(default=8, metadata=positive())
+    """Trials sampled from the space."""
+    trial_env_steps: int | None = field(default=None, metadata=positive())
+    """Each trial's budget in env steps; null: the config's total_env_steps."""
+    evaluations_per_trial: int = field(default=10, metadata=positive())
+    """Deterministic evaluations spread over a trial (the config's own interval wins when it
+    sets one); the objective and the pruning decisions are taken at these points."""
+    objective_evaluations: int = field(default=3, metadata=positive())
+    """The objective: the mean return of a trial's last this many evaluations (its final one
+    included), not of one noisy evaluation."""
+    searcher: str = field(default="optuna", metadata=one_of("optuna", "random"))
+    """optuna: Optuna's TPE sampler; random: independent uniform draws."""
+    scheduler: str = field(default="asha", metadata=one_of("asha", "none"))
+    """asha: stop trials below the better half at each rung (successive halving, asynchronous);
+    none: every trial runs its whole budget."""
+    grace_evaluations: int = field(default=3, metadata=positive())
+    """ASHA: no trial is stopped before this many evaluations."""
+    cpus_per_trial: float = field(default=1.0, metadata=in_range(0.0, low_open=True))
+    """CPUs Ray reserves for each trial, shared by its rollout actors, learners and evaluator;
+    trials run in parallel as the cluster's CPUs allow."""
+    seed: int = field(default=0, metadata=in_range(0))
+    """The searcher's seed (the trials train on the config's env.seed)."""
+    retrain_top: int = field(default=2, metadata=in_range(0))
+    """The best this many trials are trained again on ``retrain_seeds`` before a winner is
+    named; 0: the winner is the best trial as searched."""
+    retrain_seeds: tuple[int, ...] = field(default=(1000, 1001, 1002), metadata=in_range(0))
+    """Seeds for the re-training, never the one the search trained on."""
+
+
+def parse_search_settings(raw: Any, config: Config, where: str = "search") -> SearchSettings:
+    """Check a ``search:`` mapping (None: all defaults) against the config it searches.
+
+    Raises:
+        ConfigError: naming ``where.key``.
+    """
+    settings = build_section(SearchSettings, {} if raw is None else raw, where)
+    if settings.retrain_top and not settings.retrain_seeds:
+        raise ConfigError(f"{where}.retrain_seeds: give seeds to re-train on, or retrain_top: 0")
+    if config.env.seed in settings.retrain_seeds:
+        raise ConfigError(
+            f"{where}.retrain_seeds: {config.env.seed} is the config's env.seed, which the "
+            "search trains on; re-training must use seeds the search never saw"
+        )
+    if len(set(settings.retrain_seeds)) != len(settings.retrain_seeds):
+        raise ConfigError(f"{where}.retrain_seeds: a seed is repeated")
+    if settings.objective_evaluations > settings.evaluations_per_trial:
+        raise ConfigError(
+            f"{where}.objective_evaluations: {settings.objective_evaluations} is more than "
+            f"evaluations_per_trial ({settings.evaluations_per_trial})"
+        )
+    return settings

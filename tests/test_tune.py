@@ -1,0 +1,229 @@
+"""``drl tune``: the search's pure parts, its command line, and a small search through Ray Tune
+in the shared Ray session."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+from typer.testing import CliRunner
+
+from drlcli.cli import app
+from drlcli.config import config_from_dict, load_config
+from drlcli.errors import ConfigError
+from drlcli.tune.search import (
+    EvaluationReporter,
+    decode_values,
+    encode_choices,
+    interquartile_mean,
+    objective_of,
+    plan_trials,
+    trial_resources,
+    tune_space,
+)
+from drlcli.tune.settings import SearchSettings, parse_search_settings
+from drlcli.tune.space import Dimension
+
+runner = CliRunner(env={"COLUMNS": "200"})
+CONFIG = """
+algo: ppo
+env: {id: InvertedPendulum-v5, num_envs: 2, seed: 3}
+total_env_steps: 512
+rollout_length: 64
+output_dir: OUT
+evaluation: {episodes: 2}
+algo_params: {num_epochs: 2, num_minibatches: 4, hidden_sizes: [16, 16]}
+"""
+SPACE = """
+space:
+  algo_params.learning_rate: {loguniform: [1.0e-5, 3.0e-3]}
+  algo_params.hidden_sizes: {choice: [[16, 16], [32, 32]]}
+search: {trials: 2, evaluations_per_trial: 4, objective_evaluations: 2, grace_evaluations: 2,
+         retrain_top: 1, retrain_seeds: [10]}
+"""
+
+
+@pytest.fixture
+def files(tmp_path):
+    config = tmp_path / "tiny.yaml"
+    config.write_text(CONFIG.replace("OUT", str(tmp_path / "out")))
+    space = tmp_path / "space.yaml"
+    space.write_text(SPACE)
+    return config, space
+
+
+def test_choices_a_searcher_cannot_hold_travel_as_json_text():
+    encoded, decode = encode_choices([[64, 64], None, "relu", 3, {"a": 1}])
+    assert encoded == ["[64, 64]", None, "relu", 3, '{"a": 1}']
+    dimensions = [
+        Dimension("algo_params.hidden_sizes", "choice", ([64, 64], [256, 256])),
+        Dimension("gamma", "uniform", (0.9, 0.99)),
+    ]
+    assert decode_values({"algo_params.hidden_sizes": "[256, 256]", "gamma": 0.95}, dimensions) == {
+        "algo_params.hidden_sizes": [256, 256],
+        "gamma": 0.95,
+    }
+
+
+def test_ray_tune_domains_keep_each_kind_and_int_ranges_include_high():
+    space = tune_space(
+        [
+            Dimension("a", "int", (2, 4)),
+            Dimension("b", "loguniform", (1e-5, 1e-3)),
+            Dimension("c", "uniform", (0.1, 0.3)),
+            Dimension("d", "choice", ([1, 2], "x")),
+        ]
+    )
+    samples = [space["a"].sample() for _ in range(200)]
+    assert set(samples) == {2, 3, 4}
+    assert all(1e-5 <= space["b"].sample() <= 1e-3 for _ in range(50))
+    assert all(0.1 <= space["c"].sample() <= 0.3 for _ in range(50))
+    assert set(space["d"].categories) == {"[1, 2]", "x"}
+
+
+def test_the_objective_is_the_mean_of_the_last_evaluations():
+    assert objective_of([10.0, 20.0, 60.0], 2) == 40.0
+    assert objective_of([10.0], 3) == 10.0
+    reports = []
+    reporter = EvaluationReporter(2, reports.append)
+    reporter.write({"eval_return_mean": None, "eval_env_steps": None})  # no evaluation: no report
+    reporter.write({"eval_return_mean": 10.0, "eval_env_steps": 256})
+    reporter.write({"eval_return_mean": 30.0, "eval_env_steps": 512})
+    reporter.add(50.0, 1024)  # the final evaluation
+    assert reports == [
+        {"objective": 10.0, "evaluation_return": 10.0, "env_steps": 256},
+        {"objective": 20.0, "evaluation_return": 30.0, "env_steps": 512},
+        {"objective": 40.0, "evaluation_return": 50.0, "env_steps": 1024},
+    ]
+
+
+def test_interquartile_mean_weights_the_boundary_values():
+    assert interquartile_mean([1.0, 2.0, 3.0, 4.0]) == 2.5
+    assert interquartile_mean([5.0]) == 5.0
+    # 5 values: the middle half is 2.5 values wide, 1.25 .. 3.75: 0.75*b + c + 0.75*d.
+    assert interquartile_mean([0.0, 10.0, 20.0, 30.0, 1000.0]) == pytest.approx(
+        (0.75 * 10 + 20 + 0.75 * 30) / 2.5
+    )
+
+
+def test_search_settings_are_checked_against_the_config():
+    config = config_from_dict({"env": {"id": "InvertedPendulum-v5", "seed": 1000}})
+    with pytest.raises(ConfigError, match="search.retrain_seeds: 1000 is the config's env.seed"):
+        parse_search_settings({}, config)
+    other = config_from_dict({"env": {"id": "InvertedPendulum-v5"}})
+    assert parse_search_settings(None, other) == SearchSettings()
+    for raw, message in [
+        ({"trails": 3}, "search.trails: unknown key; did you mean 'trials'?"),
+        ({"searcher": "grid"}, "search.searcher: expected one of optuna, random"),
+        ({"scheduler": "pbt"}, "search.scheduler: expected one of asha, none"),
+        ({"retrain_seeds": [1, 1]}, "search.retrain_seeds: a seed is repeated"),
+        ({"retrain_seeds": []}, "give seeds to re-train on, or retrain_top: 0"),
+        ({"objective_evaluations": 5, "evaluations_per_trial": 4}, "5 is more than"),
+        ({"cpus_per_trial": 0}, "search.cpus_per_trial: must be > 0"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            parse_search_settings(raw, other)
+
+
+def test_a_trial_reserves_its_processes_cpus_and_trains_on_its_own_budget(tmp_path):
+    base = {"env": {"id": "InvertedPendulum-v5", "seed": 3}, "num_actors": 2, "name": "b"}
+    config = config_from_dict(base)
+    plan = plan_trials(base, config, [], SearchSettings(trial_env_steps=5000, cpus_per_trial=1.5))
+    assert (plan.env_steps, plan.evaluation_interval) == (5000, 500)
+    bundles = trial_resources(config, plan.settings).bundles
+    # The trial's own process, then two rollout actors, the learner and the evaluator.
+    assert bundles == [{"CPU": 1e-4}] + [{"CPU": 0.375}] * 4
+    trial = plan.trial_config({"gamma": 0.9}, tmp_path, seed=7)
+    assert (trial.gamma, trial.env.seed, trial.total_env_steps) == (0.9, 7, 5000)
+    assert trial.output_dir == str(tmp_path) and trial.evaluation.interval_env_steps == 500
+
+
+def test_dry_run_prints_the_plan_and_starts_nothing(files, tmp_path):
+    config, space = files
+    result = runner.invoke(app, ["tune", str(config), str(space), "--dry-run", "--trials", "5"])
+    assert result.exit_code == 0, result.output
+    assert "algo_params.learning_rate" in result.output and "loguniform" in result.output
+    assert "5, 512 env steps each" in result.output and "every 128 env steps" in result.output
+    assert "ASHA, after 2 evaluations" in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_files_are_one_line_errors_before_any_trial(files, tmp_path):
+    config, space = files
+    space.write_text("space:\n  algo_params.learning_rate: {uniform: [0.01, 0.001]}\n")
+    result = runner.invoke(app, ["tune", str(config), str(space)])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        f"error: {space}: space.algo_params.learning_rate: low must be below high; got "
+        "[0.01, 0.001]"
+    ]
+    missing = runner.invoke(app, ["tune", str(config), str(tmp_path / "none.yaml")])
+    assert missing.exit_code == 2 and "search space file not found" in missing.output
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_small_search_writes_every_trial_and_a_winner_that_trains(files, tmp_path):
+    """Two trials on two CPUs (one each), ASHA, the best re-trained on seed 10."""
+    from drlcli.tune.runner import prepare_search, run_search
+
+    config, space = files
+    plan = prepare_search(config, space)
+    summary = run_search(plan, tmp_path / "search", quiet=True)
+    with open(summary.results_csv) as handle:
+        rows = list(csv.DictReader(handle))
+    assert sorted(row["trial"] for row in rows) == ["trial_001", "trial_002"]
+    assert {row["state"] for row in rows} <= {"finished", "stopped early"}
+    objectives = [float(row["objective"]) for row in rows]
+    assert objectives == sorted(objectives, reverse=True)
+    for row in rows:  # each trial is a drl run in its own folder
+        trial_config = load_config(f"{row['folder']}/config.yaml")
+        assert trial_config.algo_params.learning_rate == pytest.approx(
+            float(row["algo_params.learning_rate"])
+        )
+        assert (tmp_path / "search" / "trials" / row["trial"] / "model_trial.pt").exists()
+    assert [candidate.trial for candidate in summary.candidates] != []
+    assert all(list(c.seed_returns) == [10] for c in summary.candidates)
+    assert summary.candidates[0].median >= summary.candidates[-1].median
+    winner = load_config(summary.winner_yaml)
+    assert winner.name == "tiny_tuned" and winner.total_env_steps == 512
+    assert winner.algo_params.learning_rate == summary.winner_values["algo_params.learning_rate"]
+    assert (
+        list(winner.algo_params.hidden_sizes) == summary.winner_values["algo_params.hidden_sizes"]
+    )
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_run_inside_a_trials_placement_group_places_every_process_in_it():
+    """What a trial's drl train asks of Ray: each process in the trial's placement group, the
+    CPU share fitted to its bundles, one torch thread per learner of a one-CPU trial."""
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    from drlcli.runtime.ray_session import process_resources
+    from drlcli.topology import AvailableDevices, topology_for_config
+
+    config = config_from_dict({"env": {"id": "InvertedPendulum-v5"}, "num_actors": 2})
+    topology = topology_for_config(config, AvailableDevices(cuda_devices=0, mps=False))
+    group = placement_group([{"CPU": 1e-4}] + [{"CPU": 0.25}] * 4)
+    ray.get(group.ready())
+    try:
+        inside = PlacementGroupSchedulingStrategy(group, placement_group_capture_child_tasks=True)
+        resources = ray.get(
+            ray.remote(process_resources)
+            .options(num_cpus=0, scheduling_strategy=inside)
+            .remote(topology, True)
+        )
+    finally:
+        remove_placement_group(group)
+    assert resources.cpu_share == 0.25 and resources.cpu_processes == 4
+    for options in (resources.learner, resources.rollout_actor):
+        strategy = options["scheduling_strategy"]
+        assert isinstance(strategy, PlacementGroupSchedulingStrategy)
+        assert strategy.placement_group.id == group.id
+        assert options["num_cpus"] == 0.25
+    assert resources.learner_torch_threads == 1
+    outside = process_resources(topology, True)  # this session's two CPUs, spread
+    assert outside.rollout_actor["scheduling_strategy"] == "SPREAD"
+    assert "scheduling_strategy" not in outside.learner
