@@ -14,7 +14,6 @@ setup: $(VENV)/.installed $(PAGE)
 # constraints.txt pins the tested versions (torch==2.13.0 among them); pyproject.toml has ranges.
 $(VENV)/.installed: pyproject.toml constraints.txt examples/twin_encoder_actor/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
 	# The downstream-package example: the tests train it through Ray.
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e examples/twin_encoder_actor

@@ -95,6 +95,7 @@ EXAMPLES: dict[str, list[tuple[str, str]]] = {
     "tune": [
         ("drl tune hopper_ppo space.yaml", "the search space file: see the README"),
         ("drl tune hopper_ppo space.yaml --dry-run", "check both files, print the plan"),
+        ("drl tune hopper_ppo space.yaml --resume", "continue an interrupted search"),
         ("drl tune my.yaml space.yaml --trials 40 --address HOST:6379", "over a cluster"),
     ],
     "dashboard": [
@@ -502,6 +503,14 @@ def tune(
         bool,
         typer.Option("--dry-run", help="Check CONFIG and SPACE, print the plan; start nothing."),
     ] = False,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="Continue the interrupted search in the folder, each trial from its last "
+            "checkpoint.",
+        ),
+    ] = False,
     address: Annotated[
         str | None,
         typer.Option(
@@ -528,10 +537,26 @@ def tune(
             render_search_plan(plan, folder, stdout)
             return
         require_tune(plan.settings.searcher)
+        from drlcli.errors import SearchInterrupted
         from drlcli.report import render_search_summary
         from drlcli.tune.runner import run_search
 
-        summary = run_search(plan, folder, address=address, quiet=quiet, console=stdout)
+        try:
+            summary = run_search(
+                plan, folder, resume=resume, address=address, quiet=quiet, console=stdout
+            )
+        except SearchInterrupted as stopped:
+            again = ["drl tune", str(config_path), str(space_path), "--resume"]
+            if output is not None:
+                again += ["--output", str(output)]
+            if trials is not None:
+                again += ["--trials", str(trials)]
+            stderr.print(
+                escape(f"{stopped}; continue with: {' '.join(again)}"),
+                highlight=False,
+                soft_wrap=True,
+            )
+            raise typer.Exit(stopped.exit_code) from None
         render_search_summary(summary, stdout)
 
     _run(body)

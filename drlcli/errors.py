@@ -74,3 +74,19 @@ class StorageError(DrlError):
 
 class ExportError(DrlError):
     """The ONNX graph could not be built or does not reproduce the torch policy."""
+
+
+class SearchInterrupted(DrlError):
+    """``drl tune`` stopped on a signal (Ctrl-C, SIGTERM) with its trials' checkpoints kept;
+    ``drl tune --resume`` continues it. Exit status 128 + the signal number.
+
+    Attributes:
+        folder: the search's folder.
+    """
+
+    def __init__(self, signal_name: str, signal_number: int, folder: object):
+        self.folder = folder
+        self.exit_code = 128 + signal_number
+        super().__init__(
+            f"search stopped by {signal_name}; the trials' checkpoints are kept in {folder}"
+        )

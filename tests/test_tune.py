@@ -227,3 +227,88 @@ def test_a_run_inside_a_trials_placement_group_places_every_process_in_it():
     outside = process_resources(topology, True)  # this session's two CPUs, spread
     assert outside.rollout_actor["scheduling_strategy"] == "SPREAD"
     assert "scheduling_strategy" not in outside.learner
+
+
+PAUSED_CONFIG = """
+algo: ppo
+env: {id: 'tests.range_envs:drltest/PauseAt-v0', num_envs: 2, seed: 3,
+      kwargs: {at_step: 150, marker_dir: 'MARKERS'}}
+total_env_steps: 400
+rollout_length: 40
+output_dir: OUT
+evaluation: {episodes: 2}
+algo_params: {num_epochs: 1, num_minibatches: 2, hidden_sizes: [8]}
+"""
+ONE_TRIAL = """
+space: {algo_params.learning_rate: {loguniform: [1.0e-4, 1.0e-3]}}
+search: {trials: 1, searcher: random, scheduler: none, evaluations_per_trial: 5, retrain_top: 0,
+         objective_evaluations: 1}
+"""
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_an_interrupted_search_resumes_to_the_results_of_one_never_stopped(tmp_path):
+    """SIGTERM while the one trial's env waits in round 3 (the warm-up's 64 steps, then 40 a
+    round; after its first report and checkpoint): SearchInterrupted (exit 143), the folder
+    kept; --resume continues the trial from its last checkpoint, and its results and metrics
+    rows equal those of the same trial config trained in one go. (The objective is the final
+    evaluation here: which row shows a periodic evaluation depends on timing, in any drl run.)"""
+    import os
+    import signal
+    import threading
+    import time
+
+    from drlcli.errors import SearchInterrupted, UsageError
+    from drlcli.metrics import TIME_COLUMNS, read_metrics
+    from drlcli.runtime.training import train
+    from drlcli.topology import AvailableDevices
+    from drlcli.tune.runner import prepare_search, run_search
+    from tests.test_training import EVALUATION_COLUMNS
+
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    config = tmp_path / "paused.yaml"
+    config.write_text(
+        PAUSED_CONFIG.replace("MARKERS", str(markers)).replace("OUT", str(tmp_path / "out"))
+    )
+    space = tmp_path / "space.yaml"
+    space.write_text(ONE_TRIAL)
+    plan, folder = prepare_search(config, space), tmp_path / "search"
+    trial = folder / "trials" / "trial_001"
+
+    def stop_when_paused():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if any(markers.glob("reached-*")) and any(trial.glob("checkpoint_*")):
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=stop_when_paused, daemon=True)
+    watcher.start()
+    with pytest.raises(SearchInterrupted) as stopped:
+        run_search(plan, folder, quiet=True)
+    watcher.join()
+    assert stopped.value.exit_code == 143
+    assert str(stopped.value).startswith("search stopped by SIGTERM; the trials' checkpoints")
+    with pytest.raises(UsageError, match="already holds a search: continue it with --resume"):
+        run_search(plan, folder, quiet=True)
+    (markers / "release").touch()  # from here on the env never waits
+    summary = run_search(plan, folder, resume=True, quiet=True)
+    with open(summary.results_csv) as handle:
+        (result,) = list(csv.DictReader(handle))
+    assert (result["state"], result["env_steps"]) == ("finished", "400")
+
+    values = {"algo_params.learning_rate": float(result["algo_params.learning_rate"])}
+    whole = plan.trial_config(values, tmp_path / "whole", seed=3)
+    whole_summary = train(whole, quiet=True, devices=AvailableDevices(cuda_devices=0, mps=False))
+    assert float(result["objective"]) == whole_summary.final_evaluation.return_mean
+    whole_rows = read_metrics(whole.metrics_path)
+    rows = read_metrics(trial / "metrics_trial.csv")
+    assert len(rows) == len(whole_rows) == 5
+    for row, whole_row in zip(rows, whole_rows, strict=True):
+        for column in whole_row:
+            if column not in TIME_COLUMNS | EVALUATION_COLUMNS:
+                assert row[column] == whole_row[column], (row["round"], column)
+    with pytest.raises(UsageError, match="no search to resume here"):
+        run_search(plan, tmp_path / "elsewhere", resume=True, quiet=True)

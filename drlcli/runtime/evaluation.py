@@ -102,6 +102,13 @@ class EvaluationRunner:
         """Whether a periodic evaluation is due after a round that ended at ``env_steps``."""
         return self.next_due is not None and env_steps >= self.next_due and self.pending is None
 
+    def was_submitted_at(self, env_steps: int, steps_per_round: int) -> bool:
+        """Whether an uninterrupted run submits the weights of the round that ended at
+        ``env_steps``: the first round end at or past each multiple of the interval."""
+        if self.interval is None:
+            return False
+        return env_steps // self.interval > (env_steps - steps_per_round) // self.interval
+
     def submit(self, checkpoint: Checkpoint) -> None:
         """Evaluate a round's weights while training goes on."""
         self.pending = (self._evaluate(checkpoint), checkpoint)

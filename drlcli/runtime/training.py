@@ -316,6 +316,13 @@ def _run(
     loop = algorithm.load_round_loop()(run)
     # After the round loop's processes: a process of its own starts while the rounds train.
     evaluator.start(loop.evaluation_host() if isinstance(loop, EvaluationHosting) else None)
+    stored = run.stored
+    if (
+        stored is not None
+        and stored.evaluation is None
+        and evaluator.was_submitted_at(stored.progress.env_steps, plan.steps_per_round)
+    ):  # in flight when the run stopped: the next round's row shows it, as if never stopped
+        evaluator.submit(stored)
     saves_replay = algorithm.replay_saving is not None and algorithm.replay_saving(
         config.algo_params
     )

@@ -3,6 +3,7 @@ re-trains the best on fresh seeds, and writes the results CSV and the winner's c
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import statistics
@@ -14,7 +15,7 @@ import yaml
 from rich.console import Console
 
 from drlcli.config import config_from_dict, read_yaml_mapping
-from drlcli.errors import ConfigError, TrainingError, UsageError
+from drlcli.errors import ConfigError, SearchInterrupted, TrainingError, UsageError
 from drlcli.topology import AvailableDevices, topology_for_config
 from drlcli.tune.search import (
     OBJECTIVE,
@@ -121,12 +122,23 @@ def run_search(
     plan: TrialPlan,
     folder: Path,
     *,
+    resume: bool = False,
     address: str | None = None,
     quiet: bool = False,
     console: Console | None = None,
 ) -> SearchSummary:
     """Run the search's trials, re-train the best ``retrain_top`` on the re-training seeds,
-    and write ``results.csv`` and ``winner.yaml`` into ``folder``."""
+    and write ``results.csv`` and ``winner.yaml`` into ``folder``.
+
+    Args:
+        resume: continue the search ``folder`` holds (its trials from their last reported
+            checkpoints, by drl's exact resume); without it, ``folder`` must hold no search.
+
+    Raises:
+        UsageError: ``resume`` without a search in ``folder``, or a search there without it.
+        SearchInterrupted: Ctrl-C or SIGTERM; the trials' checkpoints are kept.
+        TrainingError: no trial finished an evaluation.
+    """
     from ray import tune
 
     from drlcli.runtime.ray_session import ray_session
@@ -134,30 +146,40 @@ def run_search(
     console = console or Console()
     settings = plan.settings
     folder = Path(folder).resolve()
-    folder.mkdir(parents=True, exist_ok=True)
-    probe = plan.trial_config({}, folder, 0)
-    resources = trial_resources(probe, settings)
-    with ray_session(address, num_cpus=os.cpu_count() or 1):
-        tuner = tune.Tuner(
-            tune.with_resources(tune.with_parameters(run_trial, plan=plan), resources),
-            param_space=tune_space(plan.dimensions),
-            tune_config=tune.TuneConfig(
-                metric=OBJECTIVE,
-                mode="max",
-                num_samples=settings.trials,
-                search_alg=_searcher(settings),
-                scheduler=_scheduler(plan),
-                trial_name_creator=_trial_name,
-                trial_dirname_creator=_trial_name,
-            ),
-            run_config=tune.RunConfig(
-                storage_path=str(folder),
-                name="trials",
-                verbose=0 if quiet else 1,
-                log_to_file=True,
-            ),
+    searched = folder / "trials"
+    if resume and not searched.exists():
+        raise UsageError(f"{folder}: no search to resume here; start one without --resume")
+    if not resume and searched.exists():
+        raise UsageError(
+            f"{folder} already holds a search: continue it with --resume, or choose another "
+            "folder with --output"
         )
-        results = tuner.fit()
+    folder.mkdir(parents=True, exist_ok=True)
+    resources = trial_resources(plan.trial_config({}, folder, 0), settings)
+    trainable = tune.with_resources(
+        tune.with_parameters(run_trial, plan=plan, experiment_folder=searched), resources
+    )
+    with ray_session(address, num_cpus=os.cpu_count() or 1):
+        # Trial numbers from 1: Optuna's searcher counts from 1, the random one from 0.
+        trial_name = functools.partial(_trial_name, first=int(settings.searcher == "random"))
+        if resume:
+            tuner = tune.Tuner.restore(str(searched), trainable, resume_unfinished=True)
+        else:
+            tuner = tune.Tuner(
+                trainable,
+                param_space=tune_space(plan.dimensions),
+                tune_config=tune.TuneConfig(
+                    metric=OBJECTIVE,
+                    mode="max",
+                    num_samples=settings.trials,
+                    search_alg=_searcher(settings),
+                    scheduler=_scheduler(plan),
+                    trial_name_creator=trial_name,
+                    trial_dirname_creator=trial_name,
+                ),
+                run_config=_run_config(folder, "trials", quiet),
+            )
+        results = _fit(tuner, folder)
         rows, ranked = [], []
         for result in results:
             values = decode_values(result.config, plan.dimensions)
@@ -210,24 +232,26 @@ def _retrain(plan: TrialPlan, top, folder: Path, quiet: bool) -> list:
 
     seeds = list(plan.settings.retrain_seeds)
     grid = [{"trial": trial, "values": values} for _, trial, values in top]
-    tuner = tune.Tuner(
-        tune.with_resources(
-            tune.with_parameters(_retrain_trial, plan=plan),
-            trial_resources(plan.trial_config({}, folder, 0), plan.settings),
-        ),
-        param_space={"candidate": tune.grid_search(grid), "seed": tune.grid_search(seeds)},
-        tune_config=tune.TuneConfig(
-            metric=OBJECTIVE,
-            mode="max",
-            trial_name_creator=_retrain_name,
-            trial_dirname_creator=_retrain_name,
-        ),
-        run_config=tune.RunConfig(
-            storage_path=str(folder), name="retrain", verbose=0 if quiet else 1
-        ),
+    trainable = tune.with_resources(
+        tune.with_parameters(_retrain_trial, plan=plan, experiment_folder=folder / "retrain"),
+        trial_resources(plan.trial_config({}, folder, 0), plan.settings),
     )
+    if (folder / "retrain").exists():  # a resumed search that had begun re-training
+        tuner = tune.Tuner.restore(str(folder / "retrain"), trainable, resume_unfinished=True)
+    else:
+        tuner = tune.Tuner(
+            trainable,
+            param_space={"candidate": tune.grid_search(grid), "seed": tune.grid_search(seeds)},
+            tune_config=tune.TuneConfig(
+                metric=OBJECTIVE,
+                mode="max",
+                trial_name_creator=_retrain_name,
+                trial_dirname_creator=_retrain_name,
+            ),
+            run_config=_run_config(folder, "retrain", quiet),
+        )
     returns: dict[str, dict[int, float]] = {trial: {} for _, trial, _ in top}
-    for result in tuner.fit():
+    for result in _fit(tuner, folder):
         if result.error is not None:
             raise TrainingError(f"a re-training trial failed: {_first_line(result.error)}")
         final = (result.metrics or {}).get("evaluation_return")
@@ -238,17 +262,62 @@ def _retrain(plan: TrialPlan, top, folder: Path, quiet: bool) -> list:
     return sorted(candidates, key=lambda candidate: (-candidate.median, -candidate.iqm))
 
 
-def _trial_name(trial: Any) -> str:
-    """``trial_<n>``: the search's trial number (the start of Ray Tune's experiment tag)."""
-    return f"trial_{int(trial.experiment_tag.split('_', 1)[0]):03d}"
+def _run_config(folder: Path, name: str, quiet: bool) -> Any:
+    from ray import tune
+
+    return tune.RunConfig(
+        storage_path=str(folder),
+        name=name,
+        verbose=0 if quiet else 1,
+        log_to_file=True,
+        # The latest is what a resumed trial continues from; one more in case it is damaged.
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+    )
+
+
+def _fit(tuner: Any, folder: Path) -> Any:
+    """``tuner.fit()``, where Ctrl-C or SIGTERM ends the experiment as Ray Tune's own stop
+    signal (SIGUSR1) does, its state saved for ``Tuner.restore``: ``SearchInterrupted``. A
+    second signal stops at once. (Ray Tune marks the trials it stopped as terminated, so the
+    signal itself is what tells an interrupted search from a finished one.)"""
+    import signal
+    import threading
+
+    received: list[signal.Signals] = []
+
+    def on_signal(signum: int, frame: Any) -> None:
+        if received:
+            raise KeyboardInterrupt
+        received.append(signal.Signals(signum))
+        os.kill(os.getpid(), signal.SIGUSR1)
+
+    if threading.current_thread() is not threading.main_thread():
+        return tuner.fit()
+    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"  # ours passes it on, and remembers it
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        results = tuner.fit()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if received:
+        raise SearchInterrupted(received[0].name, int(received[0]), folder)
+    return results
+
+
+def _trial_name(trial: Any, first: int) -> str:
+    """``trial_<n>``: the search's trial number (the start of Ray Tune's experiment tag, which
+    counts from 0 or 1 by searcher: ``first`` shifts it to 1)."""
+    return f"trial_{int(trial.experiment_tag.split('_', 1)[0]) + first:03d}"
 
 
 def _retrain_name(trial: Any) -> str:
     return f"{trial.config['candidate']['trial']}_seed{trial.config['seed']}"
 
 
-def _retrain_trial(params: dict[str, Any], plan: TrialPlan) -> None:
-    run_trial({"values": params["candidate"]["values"], "seed": params["seed"]}, plan, "seed")
+def _retrain_trial(params: dict[str, Any], plan: TrialPlan, experiment_folder: Path) -> None:
+    values = {"values": params["candidate"]["values"], "seed": params["seed"]}
+    run_trial(values, plan, experiment_folder, "seed")
 
 
 def _searcher(settings):

@@ -14,7 +14,9 @@ import csv
 import json
 import math
 import os
+import shutil
 import statistics
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +30,8 @@ from drlcli.tune.settings import SearchSettings
 from drlcli.tune.space import Dimension, with_values
 
 OBJECTIVE = "objective"  # the metric every trial reports and the search maximises
+CHECKPOINT_FILE = "model.pt"  # in a Ray Tune checkpoint: the trial's drl checkpoint
+RETURNS_FILE = "evaluation_returns.json"  # ... and its evaluation returns so far
 PRIMITIVE = (type(None), bool, int, float, str)
 
 
@@ -138,14 +142,30 @@ def interquartile_mean(values: Sequence[float]) -> float:
 
 class EvaluationReporter:
     """The metrics sink of a trial: at each row that carries an evaluation, ``report`` (Ray
-    Tune's) gets the objective so far, the evaluation's return and its env steps."""
+    Tune's) gets the objective so far, the evaluation's return and its env steps, with the
+    trial's latest drl checkpoint (``checkpoint_file``) and the returns so far as Ray Tune's
+    checkpoint: what an interrupted search resumes the trial from.
+
+    Args:
+        objective_evaluations: the objective's number of last evaluations.
+        report: ``report(metrics, checkpoint=...)``: ``ray.tune.report``.
+        checkpoint_file: the trial's latest drl checkpoint (None: report metrics only).
+        returns: the evaluation returns of the trial before a resume.
+    """
 
     name = "ray tune"
 
-    def __init__(self, objective_evaluations: int, report) -> None:
+    def __init__(
+        self,
+        objective_evaluations: int,
+        report,
+        checkpoint_file: Path | None = None,
+        returns: Sequence[float] = (),
+    ) -> None:
         self.objective_evaluations = objective_evaluations
         self.report = report
-        self.returns: list[float] = []
+        self.checkpoint_file = checkpoint_file
+        self.returns: list[float] = list(returns)
 
     def write(self, row: Mapping[str, Any]) -> None:
         if row.get("eval_return_mean") is None:
@@ -154,19 +174,32 @@ class EvaluationReporter:
 
     def add(self, evaluation_return: float, env_steps: int) -> None:
         self.returns.append(evaluation_return)
-        self.report(
-            {
-                OBJECTIVE: objective_of(self.returns, self.objective_evaluations),
-                "evaluation_return": evaluation_return,
-                "env_steps": env_steps,
-            }
-        )
+        metrics = {
+            OBJECTIVE: objective_of(self.returns, self.objective_evaluations),
+            "evaluation_return": evaluation_return,
+            "env_steps": env_steps,
+        }
+        if self.checkpoint_file is None or not self.checkpoint_file.exists():
+            self.report(metrics)
+            return
+        from ray.tune import Checkpoint
+
+        # Ray Tune copies the folder into the trial's storage before report returns.
+        with tempfile.TemporaryDirectory(prefix="drl-tune-") as folder:
+            shutil.copyfile(self.checkpoint_file, Path(folder) / CHECKPOINT_FILE)
+            (Path(folder) / RETURNS_FILE).write_text(json.dumps(self.returns))
+            self.report(metrics, checkpoint=Checkpoint.from_directory(folder))
 
     def close(self) -> None:
         pass
 
 
-def run_trial(params: Mapping[str, Any], plan: TrialPlan, seed_key: str | None = None) -> None:
+def run_trial(
+    params: Mapping[str, Any],
+    plan: TrialPlan,
+    experiment_folder: Path,
+    seed_key: str | None = None,
+) -> None:
     """The Ray Tune trainable: train one trial's config and report at each evaluation, the
     final one included. ``seed_key``: the parameter holding the seed (re-training); else the
     config's env.seed."""
@@ -177,13 +210,30 @@ def run_trial(params: Mapping[str, Any], plan: TrialPlan, seed_key: str | None =
 
     values = decode_values(params, plan.dimensions) if seed_key is None else params["values"]
     seed = params[seed_key] if seed_key else plan.base.get("env", {}).get("seed", 0)
-    folder = Path(tune.get_context().get_trial_dir())
+    # Straight into the search's folder (Ray Tune's storage), not Ray's staging copy of it,
+    # whose syncing would race with drl's atomic writes.
+    folder = Path(experiment_folder) / tune.get_context().get_trial_name()
+    folder.mkdir(parents=True, exist_ok=True)
     config = plan.trial_config(values, folder, seed)
     (folder / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
-    reporter = EvaluationReporter(plan.settings.objective_evaluations, tune.report)
+    resume, returns = None, []
+    restored = tune.get_checkpoint()  # an interrupted search, resumed: where the trial was
+    if restored is not None:
+        with restored.as_directory() as stored:
+            resume = folder / "resumed_from.pt"
+            shutil.copyfile(Path(stored) / CHECKPOINT_FILE, resume)
+            returns = json.loads((Path(stored) / RETURNS_FILE).read_text())
+        from drlcli.checkpoint import load_payload
+
+        if load_payload(resume)["progress"]["env_steps"] >= config.total_env_steps:
+            return  # stopped after its last report: the trial is complete as it stands
+    reporter = EvaluationReporter(
+        plan.settings.objective_evaluations, tune.report, config.checkpoint_path, returns
+    )
     with open(os.devnull, "w") as devnull:
         summary = train(
             config,
+            resume=resume,
             quiet=True,
             console=Console(file=devnull),
             devices=AvailableDevices(cuda_devices=0, mps=False),
