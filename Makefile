@@ -14,11 +14,9 @@ setup: $(VENV)/.installed $(PAGE)
 # constraints.txt pins the tested versions (torch==2.13.0 among them); pyproject.toml has ranges.
 $(VENV)/.installed: pyproject.toml constraints.txt examples/twin_encoder_actor/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	# --no-compile: Python compiles a module when it is first imported; compiling every file
-	# of torch, ray, pandas... at install took 20 s of the set-up, most of it never imported.
-	$(BIN)/python -m pip install --quiet --no-compile -c constraints.txt -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
 	# The downstream-package example: the tests train it through Ray.
-	$(BIN)/python -m pip install --quiet --no-compile -c constraints.txt -e examples/twin_encoder_actor
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e examples/twin_encoder_actor
 	touch $@
 
 # The dashboard page (web/, npm): built into the package; without npm the JSON API still works.
