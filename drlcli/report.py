@@ -173,7 +173,8 @@ def render_search_plan(plan: Any, folder: Any, console: Console) -> None:
     how.add_column("", style="bold")
     how.add_column("")
     pruning = (
-        f"ASHA, after {settings.grace_evaluations} evaluations"
+        f"ASHA, after {settings.grace_evaluations} "
+        f"evaluation{'s' if settings.grace_evaluations > 1 else ''}"
         if settings.scheduler == "asha"
         else "none (every trial runs its whole budget)"
     )

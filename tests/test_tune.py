@@ -28,7 +28,7 @@ runner = CliRunner(env={"COLUMNS": "200"})
 CONFIG = """
 algo: ppo
 env: {id: InvertedPendulum-v5, num_envs: 2, seed: 3}
-total_env_steps: 512
+total_env_steps: 256
 rollout_length: 64
 output_dir: OUT
 evaluation: {episodes: 2}
@@ -38,7 +38,7 @@ SPACE = """
 space:
   algo_params.learning_rate: {loguniform: [1.0e-5, 3.0e-3]}
   algo_params.hidden_sizes: {choice: [[16, 16], [32, 32]]}
-search: {trials: 2, evaluations_per_trial: 4, objective_evaluations: 2, grace_evaluations: 2,
+search: {trials: 2, evaluations_per_trial: 2, objective_evaluations: 2, grace_evaluations: 1,
          retrain_top: 1, retrain_seeds: [10]}
 """
 
@@ -143,8 +143,8 @@ def test_dry_run_prints_the_plan_and_starts_nothing(files, tmp_path):
     result = runner.invoke(app, ["tune", str(config), str(space), "--dry-run", "--trials", "5"])
     assert result.exit_code == 0, result.output
     assert "algo_params.learning_rate" in result.output and "loguniform" in result.output
-    assert "5, 512 env steps each" in result.output and "every 128 env steps" in result.output
-    assert "ASHA, after 2 evaluations" in result.output
+    assert "5, 256 env steps each" in result.output and "every 128 env steps" in result.output
+    assert "ASHA, after 1 evaluation" in result.output
     assert not (tmp_path / "out").exists()
 
 
@@ -186,7 +186,7 @@ def test_a_small_search_writes_every_trial_and_a_winner_that_trains(files, tmp_p
     assert all(list(c.seed_returns) == [10] for c in summary.candidates)
     assert summary.candidates[0].median >= summary.candidates[-1].median
     winner = load_config(summary.winner_yaml)
-    assert winner.name == "tiny_tuned" and winner.total_env_steps == 512
+    assert winner.name == "tiny_tuned" and winner.total_env_steps == 256
     assert winner.algo_params.learning_rate == summary.winner_values["algo_params.learning_rate"]
     assert (
         list(winner.algo_params.hidden_sizes) == summary.winner_values["algo_params.hidden_sizes"]
@@ -233,7 +233,7 @@ PAUSED_CONFIG = """
 algo: ppo
 env: {id: 'tests.range_envs:drltest/PauseAt-v0', num_envs: 2, seed: 3,
       kwargs: {at_step: 150, marker_dir: 'MARKERS'}}
-total_env_steps: 400
+total_env_steps: 320
 rollout_length: 40
 output_dir: OUT
 evaluation: {episodes: 2}
@@ -241,7 +241,7 @@ algo_params: {num_epochs: 1, num_minibatches: 2, hidden_sizes: [8]}
 """
 ONE_TRIAL = """
 space: {algo_params.learning_rate: {loguniform: [1.0e-4, 1.0e-3]}}
-search: {trials: 1, searcher: random, scheduler: none, evaluations_per_trial: 5, retrain_top: 0,
+search: {trials: 1, searcher: random, scheduler: none, evaluations_per_trial: 4, retrain_top: 0,
          objective_evaluations: 1}
 """
 
@@ -297,7 +297,7 @@ def test_an_interrupted_search_resumes_to_the_results_of_one_never_stopped(tmp_p
     summary = run_search(plan, folder, resume=True, quiet=True)
     with open(summary.results_csv) as handle:
         (result,) = list(csv.DictReader(handle))
-    assert (result["state"], result["env_steps"]) == ("finished", "400")
+    assert (result["state"], result["env_steps"]) == ("finished", "320")
 
     values = {"algo_params.learning_rate": float(result["algo_params.learning_rate"])}
     whole = plan.trial_config(values, tmp_path / "whole", seed=3)
@@ -305,7 +305,7 @@ def test_an_interrupted_search_resumes_to_the_results_of_one_never_stopped(tmp_p
     assert float(result["objective"]) == whole_summary.final_evaluation.return_mean
     whole_rows = read_metrics(whole.metrics_path)
     rows = read_metrics(trial / "metrics_trial.csv")
-    assert len(rows) == len(whole_rows) == 5
+    assert len(rows) == len(whole_rows) == 4
     for row, whole_row in zip(rows, whole_rows, strict=True):
         for column in whole_row:
             if column not in TIME_COLUMNS | EVALUATION_COLUMNS:
