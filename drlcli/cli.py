@@ -542,9 +542,7 @@ def tune(
         from drlcli.tune.runner import run_search
 
         try:
-            summary = run_search(
-                plan, folder, resume=resume, address=address, quiet=quiet, console=stdout
-            )
+            summary = run_search(plan, folder, resume=resume, address=address, quiet=quiet)
         except SearchInterrupted as stopped:
             again = ["drl tune", str(config_path), str(space_path), "--resume"]
             if output is not None:

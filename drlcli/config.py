@@ -308,7 +308,7 @@ def _build_dataclass(
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for key in raw:
         if key not in fields:
-            near = _closest(str(key), fields)
+            near = closest_name(str(key), fields)
             hint = f"; did you mean {near!r}?" if near else ""
             raise ConfigError(f"{_join(path, str(key))}: unknown key{hint}")
     missing = [
@@ -399,7 +399,8 @@ def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
-def _closest(key: str, options: typing.Iterable[str]) -> str | None:
+def closest_name(key: str, options: typing.Iterable[str]) -> str | None:
+    """The option nearest to a mistyped key, if one is near enough to suggest."""
     import difflib
 
     matches = difflib.get_close_matches(key, list(options), n=1, cutoff=0.75)

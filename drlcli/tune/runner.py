@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from rich.console import Console
 
 from drlcli.config import config_from_dict, read_yaml_mapping
 from drlcli.errors import ConfigError, SearchInterrupted, TrainingError, UsageError
 from drlcli.topology import AvailableDevices, topology_for_config
 from drlcli.tune.search import (
     OBJECTIVE,
+    PRIMITIVE,
     TrialPlan,
     decode_values,
     interquartile_mean,
@@ -26,11 +26,10 @@ from drlcli.tune.search import (
     run_trial,
     trial_resources,
     tune_space,
-    winner_config,
     write_results_csv,
 )
 from drlcli.tune.settings import parse_search_settings
-from drlcli.tune.space import parse_space, read_space_file
+from drlcli.tune.space import parse_space, read_space_file, with_values
 
 
 @dataclass(frozen=True)
@@ -125,7 +124,6 @@ def run_search(
     resume: bool = False,
     address: str | None = None,
     quiet: bool = False,
-    console: Console | None = None,
 ) -> SearchSummary:
     """Run the search's trials, re-train the best ``retrain_top`` on the re-training seeds,
     and write ``results.csv`` and ``winner.yaml`` into ``folder``.
@@ -143,7 +141,6 @@ def run_search(
 
     from drlcli.runtime.ray_session import ray_session
 
-    console = console or Console()
     settings = plan.settings
     folder = Path(folder).resolve()
     searched = folder / "trials"
@@ -191,7 +188,7 @@ def run_search(
                 last_evaluation_return=metrics.get("evaluation_return"),
                 env_steps=metrics.get("env_steps"),
                 state="error" if result.error else _state(metrics, plan),
-                error=_first_line(result.error) if result.error else "",
+                error=_last_line(result.error) if result.error else "",
                 folder=str(result.path),
             )
             rows.append(row)
@@ -205,15 +202,10 @@ def run_search(
                 f"no trial of the search finished an evaluation; see {results_csv} and the "
                 f"trials' logs under {folder / 'trials'}"
             )
-        candidates = _retrain(plan, ranked[: settings.retrain_top], folder, quiet)
-    if candidates:
-        best = candidates[0]
-        winner_values = best.values
-    else:
-        winner_values = ranked[0][2]
+        candidates = _retrain(plan, ranked[: settings.retrain_top], folder, resources, quiet)
+    winner_values = candidates[0].values if candidates else ranked[0][2]
     winner_yaml = folder / "winner.yaml"
-    winner = winner_config(plan.base, winner_values)
-    winner["name"] = f"{plan.base['name']}_tuned"
+    winner = with_values(plan.base, {**winner_values, "name": f"{plan.base['name']}_tuned"})
     winner_yaml.write_text(
         "# drl tune's winner: drl train "
         + str(winner_yaml)
@@ -223,7 +215,7 @@ def run_search(
     return SearchSummary(folder, results_csv, winner_yaml, winner_values, candidates)
 
 
-def _retrain(plan: TrialPlan, top, folder: Path, quiet: bool) -> list:
+def _retrain(plan: TrialPlan, top, folder: Path, resources: Any, quiet: bool) -> list:
     """Each of the ``top`` trials trained again on every re-training seed (a grid of Ray Tune
     trials, no pruning); candidates by median final return, then interquartile mean."""
     if not top:
@@ -234,7 +226,7 @@ def _retrain(plan: TrialPlan, top, folder: Path, quiet: bool) -> list:
     grid = [{"trial": trial, "values": values} for _, trial, values in top]
     trainable = tune.with_resources(
         tune.with_parameters(_retrain_trial, plan=plan, experiment_folder=folder / "retrain"),
-        trial_resources(plan.trial_config({}, folder, 0), plan.settings),
+        resources,
     )
     if (folder / "retrain").exists():  # a resumed search that had begun re-training
         tuner = tune.Tuner.restore(str(folder / "retrain"), trainable, resume_unfinished=True)
@@ -253,7 +245,7 @@ def _retrain(plan: TrialPlan, top, folder: Path, quiet: bool) -> list:
     returns: dict[str, dict[int, float]] = {trial: {} for _, trial, _ in top}
     for result in _fit(tuner, folder):
         if result.error is not None:
-            raise TrainingError(f"a re-training trial failed: {_first_line(result.error)}")
+            raise TrainingError(f"a re-training trial failed: {_last_line(result.error)}")
         final = (result.metrics or {}).get("evaluation_return")
         returns[result.config["candidate"]["trial"]][result.config["seed"]] = float(final)
     candidates = [
@@ -351,9 +343,10 @@ def _state(metrics: dict[str, Any], plan: TrialPlan) -> str:
 
 
 def _plain(value: Any) -> Any:
-    return value if isinstance(value, (type(None), bool, int, float, str)) else str(value)
+    return value if isinstance(value, PRIMITIVE) else str(value)
 
 
-def _first_line(error: Any) -> str:
+def _last_line(error: Any) -> str:
+    """A trial's error in one line: the last of Ray's traceback, which names the error."""
     text = str(error).strip()
     return text.splitlines()[-1] if text else type(error).__name__

@@ -253,12 +253,6 @@ def trial_resources(config: Config, settings: SearchSettings):
     return PlacementGroupFactory([{"CPU": 1e-4}] + [{"CPU": share}] * processes)
 
 
-def winner_config(base: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
-    """The winner as a config mapping ``drl train`` runs as is: the base config with the
-    winning values."""
-    return with_values(base, values)
-
-
 def write_results_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
     """All trials, one row each, columns in first-seen order."""
     columns: list[str] = []

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
 import math
 import types
 import typing
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from drlcli.algos.registry import get_algorithm
-from drlcli.config import Config, config_from_dict, read_yaml_mapping
+from drlcli.config import Config, closest_name, config_from_dict, read_yaml_mapping
 from drlcli.config_fields import describe_value
 from drlcli.errors import ConfigError
 
@@ -148,8 +147,8 @@ def _field_type(key: str, params_type: type, path: str) -> Any:
             hints["algo_params"] = params_type
         names = [f.name for f in dataclasses.fields(owner)]
         if part not in names:
-            near = difflib.get_close_matches(part, names, n=1, cutoff=0.75)
-            hint = f"; did you mean {'.'.join([*parts[:index], near[0]])!r}?" if near else ""
+            near = closest_name(part, names)
+            hint = f"; did you mean {'.'.join([*parts[:index], near])!r}?" if near else ""
             raise ConfigError(f"{path}: unknown key{hint}")
         field_type = _without_none(hints[part])
         if index == len(parts) - 1:
