@@ -224,3 +224,29 @@ class PauseAtEnv(_AtStepEnv):
 
 if PAUSE_ENV_ID not in gymnasium.registry:
     gymnasium.register(PAUSE_ENV_ID, entry_point=PauseAtEnv)
+
+
+SLOW_EVALUATION_ENV_ID = "drltest/SlowEvaluation-v0"
+
+
+class SlowEvaluationEnv(ImprovingEnv):
+    """``ImprovingEnv`` whose episodes seeded as drl's evaluations seed them (from
+    ``EVALUATION_SEED_OFFSET``) each wait ``reset_delay_s`` at reset: evaluations that take
+    several rounds of training."""
+
+    def __init__(self, reset_delay_s: float = 0.5, render_mode: str | None = None) -> None:
+        super().__init__()
+        self.reset_delay_s = reset_delay_s
+
+    def reset(self, *, seed=None, options=None):
+        import time
+
+        from drlcli.evaluation import EVALUATION_SEED_OFFSET
+
+        if seed is not None and seed >= EVALUATION_SEED_OFFSET:
+            time.sleep(self.reset_delay_s)
+        return super().reset(seed=seed, options=options)
+
+
+if SLOW_EVALUATION_ENV_ID not in gymnasium.registry:
+    gymnasium.register(SLOW_EVALUATION_ENV_ID, entry_point=SlowEvaluationEnv, max_episode_steps=8)

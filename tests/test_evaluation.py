@@ -11,11 +11,12 @@ from drlcli.algos.ppo.learner import Learner
 from drlcli.algos.ppo.params import PPOParams
 from drlcli.audit import audit_checkpoint
 from drlcli.checkpoint import read_checkpoint
-from drlcli.config import EnvConfig, load_config
+from drlcli.config import EnvConfig, config_from_dict, load_config
 from drlcli.evaluation import EVALUATION_SEED_OFFSET, PolicyEvaluator
 from drlcli.metrics import read_metrics
 from drlcli.runtime.training import train
 from drlcli.topology import AvailableDevices
+from tests.range_envs import SLOW_EVALUATION_ENV_ID
 
 NO_GPU = AvailableDevices(cuda_devices=0, mps=False)
 
@@ -34,6 +35,30 @@ def test_the_evaluator_is_deterministic_and_seeded_apart_from_training():
     assert first.metrics()["eval_env_steps"] == 512
     assert first.to_dict()["episodes"] == 3
     evaluator.close()
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_the_weights_evaluated_are_on_the_schedule_however_slow_the_evaluations(tmp_path):
+    # Each evaluation takes several rounds (its episode waits 0.3 s at reset): the run waits
+    # for it where the next one is due, rather than skipping a point of the schedule.
+    config = config_from_dict(
+        {
+            "algo": "ppo",
+            "env": {"id": f"tests.range_envs:{SLOW_EVALUATION_ENV_ID}", "num_envs": 2},
+            "num_actors": 1,
+            "rollout_length": 32,
+            "total_env_steps": 512,
+            "output_dir": str(tmp_path),
+            "evaluation": {"interval_env_steps": 128, "episodes": 1},
+            "algo_params": {"num_epochs": 1, "num_minibatches": 2, "hidden_sizes": [8]},
+        },
+        default_name="slow_evaluation",
+    )
+    summary = train(config, quiet=True, devices=NO_GPU)
+    rows = read_metrics(config.metrics_path)
+    assert [int(row["env_steps"]) for row in rows][:2] == [64, 128]
+    assert [int(row["eval_env_steps"]) for row in rows if row["eval_env_steps"]] == [128, 256, 384]
+    assert summary.final_evaluation.env_steps == 512
 
 
 @pytest.mark.usefixtures("ray_cluster")

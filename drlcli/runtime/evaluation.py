@@ -1,10 +1,12 @@
 """Where a run's evaluations run (the evaluator's Ray actor, or a round loop's process) and
 their schedule during training.
 
-Periodic evaluations run while the next round trains: ``submit`` sends the weights of a round
+Periodic evaluations run while the next rounds train: ``submit`` sends the weights of a round
 (with its checkpoint kept here until the result is back) and ``collect`` picks a finished result
-up without waiting. One evaluation at a time: a due evaluation waits for the one in flight to
-finish. The final evaluation at the end of a run waits.
+up without waiting. One evaluation at a time: where the next one is due while one is still in
+flight, the round loop waits for that one first, so the weights evaluated are those of the first
+round end at or past each multiple of the interval whatever the machine's load. The final
+evaluation at the end of a run waits.
 """
 
 from __future__ import annotations
@@ -99,8 +101,9 @@ class EvaluationRunner:
         return None if self.interval is None else (env_steps // self.interval + 1) * self.interval
 
     def due(self, env_steps: int) -> bool:
-        """Whether a periodic evaluation is due after a round that ended at ``env_steps``."""
-        return self.next_due is not None and env_steps >= self.next_due and self.pending is None
+        """Whether a periodic evaluation is due after a round that ended at ``env_steps`` (the
+        one in flight, if any, must be collected first: ``collect(wait=True)``)."""
+        return self.next_due is not None and env_steps >= self.next_due
 
     def was_submitted_at(self, env_steps: int, steps_per_round: int) -> bool:
         """Whether an uninterrupted run submits the weights of the round that ended at
@@ -111,6 +114,8 @@ class EvaluationRunner:
 
     def submit(self, checkpoint: Checkpoint) -> None:
         """Evaluate a round's weights while training goes on."""
+        if self.pending is not None:
+            raise RuntimeError("an evaluation is in flight: collect it before the next")
         self.pending = (self._evaluate(checkpoint), checkpoint)
         self.next_due = self._after(checkpoint.progress.env_steps)
 

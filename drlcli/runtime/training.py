@@ -352,7 +352,10 @@ def _run(
                 try:
                     stats, learner_metrics = loop.run_round(round_index)
                     obs_rms_state, learner_states = loop.checkpoint_parts()
-                    evaluated = evaluator.collect()
+                    # Waits only where the next evaluation is due with one still in flight.
+                    evaluated = evaluator.collect(
+                        wait=evaluator.due(progress.env_steps + plan.steps_per_round)
+                    )
                 except TrainingError as error:
                     raise _failed_round(error, round_index + 1, config) from None
                 _check_finite(learner_states, round_index + 1, config)
