@@ -131,8 +131,10 @@ def test_a_trial_reserves_its_processes_cpus_and_trains_on_its_own_budget(tmp_pa
     plan = plan_trials(base, config, [], SearchSettings(trial_env_steps=5000, cpus_per_trial=1.5))
     assert (plan.env_steps, plan.evaluation_interval) == (5000, 500)
     bundles = trial_resources(config, plan.settings).bundles
-    # The trial's own process, then two rollout actors, the learner and the evaluator.
-    assert bundles == [{"CPU": 1e-4}] + [{"CPU": 0.375}] * 4
+    # The trial's own process, then two rollout actors, the learner and the evaluator: 1.5 CPUs
+    # in all, so that two such trials run side by side on 3 CPUs.
+    assert bundles == [{"CPU": 1e-4}] + [{"CPU": 0.3749}] * 4
+    assert sum(bundle["CPU"] for bundle in bundles) <= 1.5
     trial = plan.trial_config({"gamma": 0.9}, tmp_path, seed=7)
     assert (trial.gamma, trial.env.seed, trial.total_env_steps) == (0.9, 7, 5000)
     assert trial.output_dir == str(tmp_path) and trial.evaluation.interval_env_steps == 500

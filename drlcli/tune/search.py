@@ -33,6 +33,8 @@ OBJECTIVE = "objective"  # the metric every trial reports and the search maximis
 CHECKPOINT_FILE = "model.pt"  # in a Ray Tune checkpoint: the trial's drl checkpoint
 RETURNS_FILE = "evaluation_returns.json"  # ... and its evaluation returns so far
 PRIMITIVE = (type(None), bool, int, float, str)
+# The trial's own process (Ray Tune's trainable) only waits on its run's workers.
+TRIAL_PROCESS_CPU = 1e-4
 
 
 @dataclass(frozen=True)
@@ -244,13 +246,14 @@ def run_trial(
 
 
 def trial_resources(config: Config, settings: SearchSettings):
-    """Ray Tune's reservation for one trial: a sliver for the trial's own process, then equal
-    bundles for its rollout actors, CPU learners and evaluator within ``cpus_per_trial``."""
+    """Ray Tune's reservation for one trial, ``cpus_per_trial`` in all: a sliver for the
+    trial's own process, then equal bundles for its rollout actors, CPU learners and
+    evaluator."""
     from ray.tune import PlacementGroupFactory
 
     processes = config.num_actors + config.num_gpus + 1
-    share = math.floor(settings.cpus_per_trial / processes * 1e4) / 1e4
-    return PlacementGroupFactory([{"CPU": 1e-4}] + [{"CPU": share}] * processes)
+    share = math.floor((settings.cpus_per_trial - TRIAL_PROCESS_CPU) / processes * 1e4) / 1e4
+    return PlacementGroupFactory([{"CPU": TRIAL_PROCESS_CPU}] + [{"CPU": share}] * processes)
 
 
 def write_results_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:

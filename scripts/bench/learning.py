@@ -6,7 +6,8 @@
 For each seed: train (local Ray), then run the final checkpoint and the best one (chosen by
 the run's periodic evaluations, or by training return without them) deterministically
 (transform(mean)) for --episodes episodes on environments seeded apart from the run's own
-evaluations. Prints per-seed returns and wall-clock, then the median and the worst seed of each.
+evaluations. Prints per-seed returns and wall-clock, then the median and the worst seed of each,
+and of the run's own final evaluation (the figure ``drl tune`` ranks its re-trained candidates by).
 Outputs go to a temporary folder unless --output-dir is given.
 """
 
@@ -57,16 +58,20 @@ def main() -> None:
         best_return = (
             final_return if best_path is None else _evaluate(best_path, args.episodes, seed)
         )
-        rows.append((seed, wall, final_return, best_return))
+        # The run's own final evaluation (its evaluation seeds): what drl tune ranks by.
+        run_final = summary.final_evaluation.return_mean
+        rows.append((seed, wall, final_return, best_return, run_final))
         console.print(
             f"seed {seed}: {summary.env_steps} env steps in {wall:.1f} s (Ray start included); "
             f"last training return {summary.last_return:.1f}; deterministic evaluation over "
             f"{args.episodes} episodes: final policy {final_return:.1f}, best checkpoint "
-            f"({summary.best_criterion}) {best_return:.1f}",
+            f"({summary.best_criterion}) {best_return:.1f}; the run's final evaluation "
+            f"{run_final:.1f}",
             highlight=False,
         )
     seeds = [row[0] for row in rows]
-    for label, column in (("final policy", 2), ("best checkpoint", 3)):
+    columns = (("final policy", 2), ("best checkpoint", 3), ("run's final evaluation", 4))
+    for label, column in columns:
         returns = [row[column] for row in rows]
         worst = min(range(len(rows)), key=lambda i: returns[i])
         console.print(
