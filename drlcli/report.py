@@ -172,12 +172,22 @@ def render_search_plan(plan: Any, folder: Any, console: Console) -> None:
     how = Table(title="search", show_header=False)
     how.add_column("", style="bold")
     how.add_column("")
-    pruning = (
-        f"ASHA, after {settings.grace_evaluations} "
-        f"evaluation{'s' if settings.grace_evaluations > 1 else ''}"
-        if settings.scheduler == "asha"
-        else "none (every trial runs its whole budget)"
-    )
+
+    def evaluations(count: int) -> str:
+        return f"{count} evaluation{'s' if count > 1 else ''}"
+
+    schedulers = {
+        "asha": ("pruning", f"ASHA, after {evaluations(settings.grace_evaluations)}"),
+        "pbt": (
+            "population",
+            f"PBT: every {evaluations(settings.perturbation_evaluations)}, the bottom "
+            f"{settings.quantile_fraction:.0%} continue from the top {settings.quantile_fraction:.0%}"
+            "'s checkpoints with perturbed values"
+            + (" (all together)" if settings.synchronous else ""),
+        ),
+        "none": ("pruning", "none (every trial runs its whole budget)"),
+    }
+    scheduling, scheduled = schedulers[settings.scheduler]
     retrain = (
         f"the best {settings.retrain_top} on seeds {', '.join(map(str, settings.retrain_seeds))}"
         if settings.retrain_top
@@ -186,7 +196,7 @@ def render_search_plan(plan: Any, folder: Any, console: Console) -> None:
     for what, value in (
         ("trials", f"{settings.trials}, {plan.env_steps:,} env steps each"),
         ("searcher", "Optuna TPE" if settings.searcher == "optuna" else "random"),
-        ("pruning", pruning),
+        (scheduling, scheduled),
         ("evaluation", f"every {plan.evaluation_interval:,} env steps"),
         ("objective", f"mean return of the last {settings.objective_evaluations} evaluations"),
         ("CPUs per trial", f"{settings.cpus_per_trial:g}"),

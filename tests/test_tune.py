@@ -88,8 +88,10 @@ def test_the_objective_is_the_mean_of_the_last_evaluations():
     reporter = EvaluationReporter(2, reports.append)
     reporter.write({"eval_return_mean": None, "eval_env_steps": None})  # no evaluation: no report
     reporter.write({"eval_return_mean": 10.0, "eval_env_steps": 256})
+    assert reports == []  # sent with the checkpoint of its round, written after the row
     reporter.write({"eval_return_mean": 30.0, "eval_env_steps": 512})
-    reporter.add(50.0, 1024)  # the final evaluation
+    assert len(reports) == 1
+    reporter.finish(50.0, 1024)  # the last row's evaluation, then the final one
     assert reports == [
         {"objective": 10.0, "evaluation_return": 10.0, "env_steps": 256},
         {"objective": 20.0, "evaluation_return": 30.0, "env_steps": 512},
@@ -112,10 +114,14 @@ def test_search_settings_are_checked_against_the_config():
         parse_search_settings({}, config)
     other = config_from_dict({"env": {"id": "InvertedPendulum-v5"}})
     assert parse_search_settings(None, other) == SearchSettings()
+    # Population-based training samples its population at random.
+    assert parse_search_settings({"scheduler": "pbt"}, other).searcher == "random"
     for raw, message in [
         ({"trails": 3}, "search.trails: unknown key; did you mean 'trials'?"),
         ({"searcher": "grid"}, "search.searcher: expected one of optuna, random"),
-        ({"scheduler": "pbt"}, "search.scheduler: expected one of asha, none"),
+        ({"scheduler": "hyperband"}, "search.scheduler: expected one of asha, pbt, none"),
+        ({"scheduler": "pbt", "searcher": "optuna"}, "search.searcher: population-based"),
+        ({"scheduler": "pbt", "quantile_fraction": 0.6}, "search.quantile_fraction: must be"),
         ({"retrain_seeds": [1, 1]}, "search.retrain_seeds: a seed is repeated"),
         ({"retrain_seeds": []}, "give seeds to re-train on, or retrain_top: 0"),
         ({"objective_evaluations": 5, "evaluations_per_trial": 4}, "5 is more than"),
@@ -162,6 +168,45 @@ def test_bad_files_are_one_line_errors_before_any_trial(files, tmp_path):
     missing = runner.invoke(app, ["tune", str(config), str(tmp_path / "none.yaml")])
     assert missing.exit_code == 2 and "search space file not found" in missing.output
     assert not (tmp_path / "out").exists()
+
+
+def test_pbt_keeps_perturbed_values_in_their_ranges():
+    from drlcli.tune.runner import clip_to_space
+
+    dimensions = [
+        Dimension("lr", "loguniform", (1e-5, 1e-3)),
+        Dimension("epochs", "int", (4, 12)),
+        Dimension("width", "choice", ("[8]", "[16]")),
+    ]
+    perturbed = {"lr": 1.2e-3, "epochs": 3, "width": "[16]"}
+    assert clip_to_space(perturbed, dimensions) == {"lr": 1e-3, "epochs": 4, "width": "[16]"}
+    assert clip_to_space({"lr": 2e-4, "epochs": 7, "width": "[8]"}, dimensions)["lr"] == 2e-4
+
+
+def test_pbt_refuses_a_key_whose_values_a_resume_cannot_take(files, tmp_path):
+    """Population-based training resumes trials with other values: a value that changes the
+    policy actor (its widths, say) is refused before anything starts, naming the key."""
+    config, space = files
+    space.write_text(
+        "space:\n  algo_params.learning_rate: {loguniform: [1.0e-4, 1.0e-3]}\n"
+        "  algo_params.hidden_sizes: {choice: [[16, 16], [32, 32]]}\n"
+        "search: {scheduler: pbt}\n"
+    )
+    result = runner.invoke(app, ["tune", str(config), str(space), "--dry-run"])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        f"error: {space}: space.algo_params.hidden_sizes: [32, 32] changes the policy actor's "
+        "architecture and semantics, which population-based training cannot do as a trial "
+        "resumes from a checkpoint: search this key with scheduler: asha or none"
+    ]
+    space.write_text(
+        "space: {algo_params.learning_rate: {loguniform: [1.0e-4, 1.0e-3]}}\n"
+        "search: {scheduler: pbt, perturbation_evaluations: 1}\n"
+    )
+    result = runner.invoke(app, ["tune", str(config), str(space), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "PBT: every 1 evaluation, the bottom 25% continue from the top 25%" in result.output
+    assert "random" in result.output
 
 
 @pytest.mark.usefixtures("ray_cluster")
@@ -234,7 +279,7 @@ def test_a_run_inside_a_trials_placement_group_places_every_process_in_it():
 PAUSED_CONFIG = """
 algo: ppo
 env: {id: 'tests.range_envs:drltest/PauseAt-v0', num_envs: 2, seed: 3,
-      kwargs: {at_step: 150, marker_dir: 'MARKERS'}}
+      kwargs: {at_step: 200, marker_dir: 'MARKERS'}}
 total_env_steps: 320
 rollout_length: 40
 output_dir: OUT
@@ -243,18 +288,17 @@ algo_params: {num_epochs: 1, num_minibatches: 2, hidden_sizes: [8]}
 """
 ONE_TRIAL = """
 space: {algo_params.learning_rate: {loguniform: [1.0e-4, 1.0e-3]}}
-search: {trials: 1, searcher: random, scheduler: none, evaluations_per_trial: 4, retrain_top: 0,
-         objective_evaluations: 1}
+search: {trials: 1, searcher: random, scheduler: none, evaluations_per_trial: 4, retrain_top: 0}
 """
 
 
 @pytest.mark.usefixtures("ray_cluster")
 def test_an_interrupted_search_resumes_to_the_results_of_one_never_stopped(tmp_path):
-    """SIGTERM while the one trial's env waits in round 3 (the warm-up's 64 steps, then 40 a
-    round; after its first report and checkpoint): SearchInterrupted (exit 143), the folder
-    kept; --resume continues the trial from its last checkpoint, and its results and metrics
-    rows equal those of the same trial config trained in one go. (The objective is the final
-    evaluation here: which row shows a periodic evaluation depends on timing, in any drl run.)"""
+    """SIGTERM while the one trial's env waits in round 4 (the warm-up's 64 steps, then 40 a
+    round; after its first report and checkpoint, which goes out at round 3): SearchInterrupted
+    (exit 143), the folder kept; --resume continues the trial from its last checkpoint, and its
+    results and metrics rows equal those of the same trial config trained in one go, the
+    evaluations included (one per round, so each row shows the previous round's)."""
     import os
     import signal
     import threading
@@ -265,7 +309,6 @@ def test_an_interrupted_search_resumes_to_the_results_of_one_never_stopped(tmp_p
     from drlcli.runtime.training import train
     from drlcli.topology import AvailableDevices
     from drlcli.tune.runner import prepare_search, run_search
-    from tests.test_training import EVALUATION_COLUMNS
 
     markers = tmp_path / "markers"
     markers.mkdir()
@@ -304,13 +347,87 @@ def test_an_interrupted_search_resumes_to_the_results_of_one_never_stopped(tmp_p
     values = {"algo_params.learning_rate": float(result["algo_params.learning_rate"])}
     whole = plan.trial_config(values, tmp_path / "whole", seed=3)
     whole_summary = train(whole, quiet=True, devices=AvailableDevices(cuda_devices=0, mps=False))
-    assert float(result["objective"]) == whole_summary.final_evaluation.return_mean
     whole_rows = read_metrics(whole.metrics_path)
+    assert [row["eval_env_steps"] for row in whole_rows] == ["", "80", "160", "240"]
+    last_three = [float(row["eval_return_mean"]) for row in whole_rows[2:]]
+    last_three.append(whole_summary.final_evaluation.return_mean)
+    assert float(result["objective"]) == pytest.approx(sum(last_three) / 3, rel=1e-12)
     rows = read_metrics(trial / "metrics_trial.csv")
     assert len(rows) == len(whole_rows) == 4
     for row, whole_row in zip(rows, whole_rows, strict=True):
         for column in whole_row:
-            if column not in TIME_COLUMNS | EVALUATION_COLUMNS:
+            if column not in TIME_COLUMNS:
                 assert row[column] == whole_row[column], (row["round"], column)
     with pytest.raises(UsageError, match="no search to resume here"):
         run_search(plan, tmp_path / "elsewhere", resume=True, quiet=True)
+
+
+PBT_CONFIG = """
+algo: ppo
+env: {id: InvertedPendulum-v5, num_envs: 2, seed: 3}
+num_actors: 1
+total_env_steps: 512
+rollout_length: 32
+output_dir: OUT
+evaluation: {episodes: 2}
+algo_params: {num_epochs: 1, num_minibatches: 2, hidden_sizes: [8], anneal_learning_rate: false}
+"""
+PBT_SPACE = """
+space: {algo_params.learning_rate: {choice: [1.0e-4, 1.0e-3, 1.0e-2]}}
+search: {trials: 2, scheduler: pbt, synchronous: true, quantile_fraction: 0.5,
+         evaluations_per_trial: 4, perturbation_evaluations: 3, retrain_top: 0, seed: 1}
+"""
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_pbt_exploit_step_continues_from_the_other_trials_weights(tmp_path):
+    """Two trials, perturbed together once (at 384 of 512 env steps): the worse one goes on
+    from the better one's checkpoint with another learning rate. Its weights there are those
+    of the better trial's values trained alone to that step, its metrics rows up to there are
+    that trial's, and its rows after it train with the new learning rate."""
+    import json
+
+    from drlcli.checkpoint import read_checkpoint
+    from drlcli.metrics import TIME_COLUMNS, read_metrics
+    from drlcli.runtime.training import train
+    from drlcli.topology import AvailableDevices
+    from drlcli.tune.runner import prepare_search, run_search
+    from tests.test_training import EVALUATION_COLUMNS
+
+    config = tmp_path / "pbt.yaml"
+    config.write_text(PBT_CONFIG.replace("OUT", str(tmp_path / "out")))
+    space = tmp_path / "space.yaml"
+    space.write_text(PBT_SPACE)
+    plan = prepare_search(config, space)
+    summary = run_search(plan, tmp_path / "search", quiet=True)
+    with open(summary.results_csv) as handle:
+        results = {row["trial"]: row for row in csv.DictReader(handle)}
+    assert sorted(int(row["exploits"]) for row in results.values()) == [0, 1]
+    (exploiting,) = [trial for trial, row in results.items() if row["exploits"] == "1"]
+    trials = tmp_path / "search" / "trials"
+    with open(trials / exploiting / "exploits.csv") as handle:
+        (exploit,) = list(csv.DictReader(handle))
+    exploited, env_steps = exploit["exploited"], int(exploit["env_steps"])
+    assert exploited != exploiting and 384 <= env_steps < 512
+    new_rate = json.loads(exploit["values"])["algo_params.learning_rate"]
+    assert float(results[exploiting]["algo_params.learning_rate"]) == new_rate
+
+    # The exploited trial's values (never perturbed: it was the better one) trained alone.
+    donor_rate = float(results[exploited]["algo_params.learning_rate"])
+    alone = plan.trial_config({"algo_params.learning_rate": donor_rate}, tmp_path / "alone", 3)
+    alone = config_from_dict({**alone.to_dict(), "total_env_steps": env_steps})
+    train(alone, quiet=True, devices=AvailableDevices(cuda_devices=0, mps=False))
+    resumed = read_checkpoint(trials / exploiting / "resumed_from.pt")
+    expected = read_checkpoint(alone.checkpoint_path)
+    assert resumed.progress.env_steps == env_steps
+    for name, tensor in expected.actor.items():
+        assert resumed.actor[name].equal(tensor), name
+    rows = read_metrics(trials / exploiting / "metrics_trial.csv")
+    alone_rows = read_metrics(alone.metrics_path)
+    assert [int(row["env_steps"]) for row in rows] == list(range(64, 513, 64))
+    for row, alone_row in zip(rows, alone_rows, strict=False):
+        for column in alone_row:
+            if column not in TIME_COLUMNS | EVALUATION_COLUMNS:
+                assert row[column] == alone_row[column], (row["round"], column)
+    after = [row for row in rows if int(row["env_steps"]) > env_steps]
+    assert after and all(float(row["learning_rate"]) == new_rate for row in after)

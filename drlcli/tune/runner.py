@@ -7,6 +7,7 @@ import functools
 import logging
 import os
 import statistics
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from drlcli.config import config_from_dict, read_yaml_mapping
 from drlcli.errors import ConfigError, SearchInterrupted, TrainingError, UsageError
 from drlcli.topology import AvailableDevices, topology_for_config
 from drlcli.tune.search import (
+    EXPLOITS_FILE,
     OBJECTIVE,
     PRIMITIVE,
     TrialPlan,
@@ -114,7 +116,54 @@ def prepare_search(config_path: Path, space_path: Path, trials: int | None = Non
     # Trials train on CPUs; a topology that needs GPUs is refused here, not in every trial.
     topology_for_config(config, AvailableDevices(cuda_devices=0, mps=False))
     base.setdefault("name", config.name)
+    if settings.scheduler == "pbt":
+        try:
+            check_resumable_dimensions(base, config, dimensions)
+        except ConfigError as error:
+            raise ConfigError(f"{space_path}: {error}") from None
     return plan_trials(base, config, dimensions, settings)
+
+
+def check_resumable_dimensions(base: dict[str, Any], config: Any, dimensions: Any) -> None:
+    """Population-based training changes a trial's values as it resumes from a checkpoint:
+    each value of a searched key (a range's ends, every choice) must leave the policy actor's
+    architecture and semantics as the config's own, which a resume requires.
+
+    Raises:
+        ConfigError: ``space.<key>``, naming the value.
+    """
+    from drlcli.algos.registry import get_algorithm
+    from drlcli.envs import env_facts, make_env
+    from drlcli.runtime.nodes import import_py_modules_here
+    from drlcli.runtime.probe import probe_actor
+
+    import_py_modules_here(config.runtime_env)
+    env = make_env(
+        config.env.id, max_episode_steps=config.env.max_episode_steps, **config.env.kwargs
+    )
+    facts = env_facts(env)
+    env.close()
+    reference = probe_actor(get_algorithm(config.algo), config, facts)
+    for dimension in dimensions:
+        ends = dimension.values if dimension.kind == "choice" else (dimension.low, dimension.high)
+        for value in ends:
+            varied = config_from_dict(with_values(base, {dimension.key: value}))
+            probed = probe_actor(get_algorithm(varied.algo), varied, facts)
+            changed = [
+                what
+                for what, same in (
+                    ("architecture", probed.tensor_shapes == reference.tensor_shapes),
+                    ("semantics", probed.semantics == reference.semantics),
+                )
+                if not same
+            ]
+            if changed:
+                raise ConfigError(
+                    f"space.{dimension.key}: {value!r} changes the policy actor's "
+                    f"{' and '.join(changed)}, which population-based training cannot do as a "
+                    "trial resumes from a checkpoint: search this key with scheduler: asha or "
+                    "none"
+                )
 
 
 def run_search(
@@ -174,7 +223,7 @@ def run_search(
                     trial_name_creator=trial_name,
                     trial_dirname_creator=trial_name,
                 ),
-                run_config=_run_config(folder, "trials", quiet),
+                run_config=_run_config(folder, "trials", quiet, settings.scheduler == "pbt"),
             )
         results = _fit(tuner, folder)
         rows, ranked = [], []
@@ -191,6 +240,8 @@ def run_search(
                 error=_last_line(result.error) if result.error else "",
                 folder=str(result.path),
             )
+            if settings.scheduler == "pbt":  # the values above are the trial's last ones
+                row["exploits"] = _exploit_count(Path(result.path))
             rows.append(row)
             if result.error is None and metrics.get(OBJECTIVE) is not None:
                 ranked.append((float(metrics[OBJECTIVE]), trial, values))
@@ -254,7 +305,9 @@ def _retrain(plan: TrialPlan, top, folder: Path, resources: Any, quiet: bool) ->
     return sorted(candidates, key=lambda candidate: (-candidate.median, -candidate.iqm))
 
 
-def _run_config(folder: Path, name: str, quiet: bool) -> Any:
+def _run_config(folder: Path, name: str, quiet: bool, keep_every_checkpoint: bool = False) -> Any:
+    """Where the trials' state goes; ``keep_every_checkpoint``: population-based training,
+    whose exploit step may restore a checkpoint a trial reported several evaluations ago."""
     from ray import tune
 
     return tune.RunConfig(
@@ -263,7 +316,7 @@ def _run_config(folder: Path, name: str, quiet: bool) -> Any:
         verbose=0 if quiet else 1,
         log_to_file=True,
         # The latest is what a resumed trial continues from; one more in case it is damaged.
-        checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=None if keep_every_checkpoint else 2),
     )
 
 
@@ -283,6 +336,8 @@ def _fit(tuner: Any, folder: Path) -> Any:
         received.append(signal.Signals(signum))
         os.kill(os.getpid(), signal.SIGUSR1)
 
+    # A hint for Ray's class trainables; drl's trials are functions that resume exactly.
+    warnings.filterwarnings("ignore", message="Consider boosting PBT performance")
     if threading.current_thread() is not threading.main_thread():
         return tuner.fit()
     os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"  # ours passes it on, and remembers it
@@ -327,6 +382,8 @@ def _searcher(settings):
 def _scheduler(plan: TrialPlan):
     if plan.settings.scheduler == "none":
         return None
+    if plan.settings.scheduler == "pbt":
+        return _population_based_training(plan)
     from ray.tune.schedulers import ASHAScheduler
 
     return ASHAScheduler(
@@ -335,6 +392,11 @@ def _scheduler(plan: TrialPlan):
         grace_period=plan.evaluation_interval * plan.settings.grace_evaluations,
         reduction_factor=2,
     )
+
+
+def _exploit_count(trial_folder: Path) -> int:
+    record = trial_folder / EXPLOITS_FILE
+    return len(record.read_text().splitlines()) - 1 if record.exists() else 0
 
 
 def _state(metrics: dict[str, Any], plan: TrialPlan) -> str:
@@ -350,3 +412,37 @@ def _last_line(error: Any) -> str:
     """A trial's error in one line: the last of Ray's traceback, which names the error."""
     text = str(error).strip()
     return text.splitlines()[-1] if text else type(error).__name__
+
+
+def _population_based_training(plan: TrialPlan):
+    """Ray Tune's PBT over every searched key: at a perturbation, a value is drawn again from
+    its distribution (a quarter of the time) or moved (a range: times 0.8 or 1.2, kept inside
+    the range; a choice: to a neighbouring choice)."""
+    from ray.tune.schedulers import PopulationBasedTraining
+
+    space = tune_space(plan.dimensions)
+    mutations = {
+        dimension.key: (
+            list(space[dimension.key].categories)
+            if dimension.kind == "choice"
+            else space[dimension.key]
+        )
+        for dimension in plan.dimensions
+    }
+    return PopulationBasedTraining(
+        time_attr="env_steps",
+        perturbation_interval=plan.evaluation_interval * plan.settings.perturbation_evaluations,
+        hyperparam_mutations=mutations,
+        quantile_fraction=plan.settings.quantile_fraction,
+        custom_explore_fn=functools.partial(clip_to_space, dimensions=plan.dimensions),
+        synch=plan.settings.synchronous,
+    )
+
+
+def clip_to_space(values: dict[str, Any], dimensions: Any) -> dict[str, Any]:
+    """Population-based training's perturbed values, each range's kept inside it."""
+    for dimension in dimensions:
+        if dimension.kind != "choice":
+            clipped = min(max(values[dimension.key], dimension.low), dimension.high)
+            values[dimension.key] = int(clipped) if dimension.kind == "int" else clipped
+    return values

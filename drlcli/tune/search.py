@@ -31,7 +31,10 @@ from drlcli.tune.space import Dimension, with_values
 
 OBJECTIVE = "objective"  # the metric every trial reports and the search maximises
 CHECKPOINT_FILE = "model.pt"  # in a Ray Tune checkpoint: the trial's drl checkpoint
-RETURNS_FILE = "evaluation_returns.json"  # ... and its evaluation returns so far
+RETURNS_FILE = "evaluation_returns.json"  # ... its evaluation returns so far
+METRICS_FILE = "metrics.csv"  # ... its metrics rows
+ORIGIN_FILE = "trial.json"  # ... and the trial's name (another's: an exploit step)
+EXPLOITS_FILE = "exploits.csv"  # in a trial's folder: its exploit steps
 PRIMITIVE = (type(None), bool, int, float, str)
 # The trial's own process (Ray Tune's trainable) only waits on its run's workers.
 TRIAL_PROCESS_CPU = 1e-4
@@ -143,15 +146,17 @@ def interquartile_mean(values: Sequence[float]) -> float:
 
 
 class EvaluationReporter:
-    """The metrics sink of a trial: at each row that carries an evaluation, ``report`` (Ray
-    Tune's) gets the objective so far, the evaluation's return and its env steps, with the
-    trial's latest drl checkpoint (``checkpoint_file``) and the returns so far as Ray Tune's
-    checkpoint: what an interrupted search resumes the trial from.
+    """The metrics sink of a trial: each evaluation is reported to Ray Tune (``report``) with
+    the objective so far, the evaluation's return and its env steps, and, as Ray Tune's
+    checkpoint, the trial's drl checkpoint of the round whose row showed it, the returns so far,
+    the metrics CSV and the trial's name: what a resumed trial continues from, or a
+    population-based trial that exploits this one. The checkpoint of a round is written after
+    its row, so each report goes out at the next row (or at ``finish``).
 
     Args:
         objective_evaluations: the objective's number of last evaluations.
         report: ``report(metrics, checkpoint=...)``: ``ray.tune.report``.
-        checkpoint_file: the trial's latest drl checkpoint (None: report metrics only).
+        files: the trial's files for the checkpoint (None: report metrics only).
         returns: the evaluation returns of the trial before a resume.
     """
 
@@ -161,39 +166,112 @@ class EvaluationReporter:
         self,
         objective_evaluations: int,
         report,
-        checkpoint_file: Path | None = None,
+        files: TrialFiles | None = None,
         returns: Sequence[float] = (),
     ) -> None:
         self.objective_evaluations = objective_evaluations
         self.report = report
-        self.checkpoint_file = checkpoint_file
+        self.files = files
         self.returns: list[float] = list(returns)
+        self.pending: dict[str, Any] | None = None
 
     def write(self, row: Mapping[str, Any]) -> None:
-        if row.get("eval_return_mean") is None:
-            return
-        self.add(float(row["eval_return_mean"]), int(row["eval_env_steps"]))
+        self._send_pending()
+        if row.get("eval_return_mean") is not None:
+            self.pending = self._add(float(row["eval_return_mean"]), int(row["eval_env_steps"]))
 
-    def add(self, evaluation_return: float, env_steps: int) -> None:
+    def finish(self, final_return: float | None, env_steps: int) -> None:
+        """After the run: the last row's evaluation, then the final one (``final_return``)."""
+        self._send_pending()
+        if final_return is not None:
+            self._send(self._add(final_return, env_steps))
+
+    def resend(self, env_steps: int) -> None:
+        """Report the returns as they stand (a trial restored from a finished checkpoint)."""
+        self._send(self._metrics(self.returns[-1], env_steps))
+
+    def close(self) -> None:
+        pass
+
+    def _add(self, evaluation_return: float, env_steps: int) -> dict[str, Any]:
         self.returns.append(evaluation_return)
-        metrics = {
+        return self._metrics(evaluation_return, env_steps)
+
+    def _metrics(self, evaluation_return: float, env_steps: int) -> dict[str, Any]:
+        return {
             OBJECTIVE: objective_of(self.returns, self.objective_evaluations),
             "evaluation_return": evaluation_return,
             "env_steps": env_steps,
         }
-        if self.checkpoint_file is None or not self.checkpoint_file.exists():
+
+    def _send_pending(self) -> None:
+        if self.pending is not None:
+            pending, self.pending = self.pending, None
+            self._send(pending)
+
+    def _send(self, metrics: dict[str, Any]) -> None:
+        if self.files is None or not self.files.checkpoint.exists():
             self.report(metrics)
             return
         from ray.tune import Checkpoint
 
         # Ray Tune copies the folder into the trial's storage before report returns.
         with tempfile.TemporaryDirectory(prefix="drl-tune-") as folder:
-            shutil.copyfile(self.checkpoint_file, Path(folder) / CHECKPOINT_FILE)
-            (Path(folder) / RETURNS_FILE).write_text(json.dumps(self.returns))
+            self.files.snapshot(Path(folder), self.returns)
             self.report(metrics, checkpoint=Checkpoint.from_directory(folder))
 
-    def close(self) -> None:
-        pass
+
+@dataclass(frozen=True)
+class TrialFiles:
+    """A trial's files that travel in its Ray Tune checkpoints."""
+
+    trial: str
+    checkpoint: Path  # the latest
+    best: Path
+    metrics: Path
+
+    def snapshot(self, folder: Path, returns: Sequence[float]) -> None:
+        """Copy the checkpoint and the metrics rows into ``folder``, with ``returns`` and
+        the trial's name."""
+        shutil.copyfile(self.checkpoint, folder / CHECKPOINT_FILE)
+        if self.metrics.exists():
+            shutil.copyfile(self.metrics, folder / METRICS_FILE)
+        (folder / RETURNS_FILE).write_text(json.dumps(list(returns)))
+        (folder / ORIGIN_FILE).write_text(json.dumps({"trial": self.trial}))
+
+
+def restore_trial(stored: Path, files: TrialFiles, values: Mapping[str, Any]) -> tuple[Path, list]:
+    """Take a trial's Ray Tune checkpoint (``stored``) as where the trial continues: returns
+    the drl checkpoint to resume from (copied into the trial's folder) and the evaluation
+    returns so far.
+
+    A checkpoint of another trial is population-based training's exploit step: the trial
+    takes that trial's history (its metrics rows up to the checkpoint replace the trial's own;
+    its best checkpoint, of a history left behind, is removed), and the exploit is recorded in
+    ``exploits.csv`` beside the metrics (env steps, the trial exploited, the values it goes on
+    with)."""
+    from drlcli.checkpoint import load_payload
+
+    folder = files.checkpoint.parent
+    resume = folder / "resumed_from.pt"
+    shutil.copyfile(stored / CHECKPOINT_FILE, resume)
+    returns = json.loads((stored / RETURNS_FILE).read_text())
+    origin = files.trial
+    if (stored / ORIGIN_FILE).exists():
+        origin = json.loads((stored / ORIGIN_FILE).read_text())["trial"]
+    if origin != files.trial:
+        if (stored / METRICS_FILE).exists():
+            shutil.copyfile(stored / METRICS_FILE, files.metrics)
+        files.best.unlink(missing_ok=True)
+        env_steps = load_payload(resume)["progress"]["env_steps"]
+        record = folder / EXPLOITS_FILE
+        new = not record.exists()
+        with open(record, "a", newline="") as handle:
+            writer = csv.writer(handle)
+            if new:
+                writer.writerow(["env_steps", "exploited", "values"])
+            writer.writerow([env_steps, origin, json.dumps(dict(values), sort_keys=True)])
+    return resume, returns
 
 
 def run_trial(
@@ -203,10 +281,12 @@ def run_trial(
     seed_key: str | None = None,
 ) -> None:
     """The Ray Tune trainable: train one trial's config and report at each evaluation, the
-    final one included. ``seed_key``: the parameter holding the seed (re-training); else the
-    config's env.seed."""
+    final one included; a trial restored (a resumed search, or population-based training's
+    exploit step) continues from its Ray Tune checkpoint by drl's exact resume. ``seed_key``:
+    the parameter holding the seed (re-training); else the config's env.seed."""
     from ray import tune
 
+    from drlcli.checkpoint import load_payload
     from drlcli.runtime.training import train
     from drlcli.topology import AvailableDevices
 
@@ -214,24 +294,25 @@ def run_trial(
     seed = params[seed_key] if seed_key else plan.base.get("env", {}).get("seed", 0)
     # Straight into the search's folder (Ray Tune's storage), not Ray's staging copy of it,
     # whose syncing would race with drl's atomic writes.
-    folder = Path(experiment_folder) / tune.get_context().get_trial_name()
+    trial = tune.get_context().get_trial_name()
+    folder = Path(experiment_folder) / trial
     folder.mkdir(parents=True, exist_ok=True)
     config = plan.trial_config(values, folder, seed)
     (folder / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    files = TrialFiles(
+        trial, config.checkpoint_path, config.best_checkpoint_path, Path(config.metrics_path)
+    )
     resume, returns = None, []
-    restored = tune.get_checkpoint()  # an interrupted search, resumed: where the trial was
+    restored = tune.get_checkpoint()
     if restored is not None:
         with restored.as_directory() as stored:
-            resume = folder / "resumed_from.pt"
-            shutil.copyfile(Path(stored) / CHECKPOINT_FILE, resume)
-            returns = json.loads((Path(stored) / RETURNS_FILE).read_text())
-        from drlcli.checkpoint import load_payload
-
-        if load_payload(resume)["progress"]["env_steps"] >= config.total_env_steps:
-            return  # stopped after its last report: the trial is complete as it stands
-    reporter = EvaluationReporter(
-        plan.settings.objective_evaluations, tune.report, config.checkpoint_path, returns
-    )
+            resume, returns = restore_trial(Path(stored), files, values)
+    reporter = EvaluationReporter(plan.settings.objective_evaluations, tune.report, files, returns)
+    if resume is not None:
+        env_steps = load_payload(resume)["progress"]["env_steps"]
+        if env_steps >= config.total_env_steps:  # complete as it stands
+            reporter.resend(env_steps)
+            return
     with open(os.devnull, "w") as devnull:
         summary = train(
             config,
@@ -241,8 +322,8 @@ def run_trial(
             devices=AvailableDevices(cuda_devices=0, mps=False),
             metrics_sinks=[reporter],
         )
-    if summary.final_evaluation is not None:
-        reporter.add(summary.final_evaluation.return_mean, summary.env_steps)
+    final = summary.final_evaluation
+    reporter.finish(None if final is None else final.return_mean, summary.env_steps)
 
 
 def trial_resources(config: Config, settings: SearchSettings):

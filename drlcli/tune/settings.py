@@ -25,12 +25,24 @@ class SearchSettings:
     """The objective: the mean return of a trial's last this many evaluations (its final one
     included), not of one noisy evaluation."""
     searcher: str = field(default="optuna", metadata=one_of("optuna", "random"))
-    """optuna: Optuna's TPE sampler; random: independent uniform draws."""
-    scheduler: str = field(default="asha", metadata=one_of("asha", "none"))
+    """optuna: Optuna's TPE sampler; random: independent uniform draws (the default, and the
+    only one, under population-based training, which samples its population at once)."""
+    scheduler: str = field(default="asha", metadata=one_of("asha", "pbt", "none"))
     """asha: stop trials below the better half at each rung (successive halving, asynchronous);
-    none: every trial runs its whole budget."""
+    pbt: population-based training (Jaderberg et al. 2017): every ``perturbation_evaluations``
+    a trial in the bottom ``quantile_fraction`` continues from the checkpoint of one in the top
+    (drl's exact resume) with its values perturbed; none: every trial runs its whole budget."""
     grace_evaluations: int = field(default=3, metadata=positive())
     """ASHA: no trial is stopped before this many evaluations."""
+    perturbation_evaluations: int = field(default=2, metadata=positive())
+    """PBT: evaluations between a trial's perturbations."""
+    quantile_fraction: float = field(default=0.25, metadata=in_range(0.0, 0.5, low_open=True))
+    """PBT: the fraction of trials at the bottom that exploit one of the same fraction at the
+    top."""
+    synchronous: bool = False
+    """PBT: perturb the population together once every trial reached the point (repeatable;
+    each trial waits there, and resumes from its checkpoint); false: each trial as it reaches
+    it, against the others' latest results."""
     cpus_per_trial: float = field(default=1.0, metadata=in_range(0.0, low_open=True))
     """CPUs Ray reserves for each trial, shared by its rollout actors, learners and evaluator;
     trials run in parallel as the cluster's CPUs allow."""
@@ -49,7 +61,17 @@ def parse_search_settings(raw: Any, config: Config, where: str = "search") -> Se
     Raises:
         ConfigError: naming ``where.key``.
     """
-    settings = build_section(SearchSettings, {} if raw is None else raw, where)
+    raw = {} if raw is None else raw
+    population_based = isinstance(raw, dict) and raw.get("scheduler") == "pbt"
+    if population_based and raw.get("searcher", "random") != "random":
+        raise ConfigError(
+            f"{where}.searcher: population-based training samples its whole population at "
+            "once, which a searcher that proposes trials one by one cannot do: leave searcher "
+            "out or set it to random"
+        )
+    settings = build_section(
+        SearchSettings, {"searcher": "random", **raw} if population_based else raw, where
+    )
     if settings.retrain_top and not settings.retrain_seeds:
         raise ConfigError(f"{where}.retrain_seeds: give seeds to re-train on, or retrain_top: 0")
     if config.env.seed in settings.retrain_seeds:
