@@ -176,13 +176,13 @@ def render_search_plan(plan: Any, folder: Any, console: Console) -> None:
     def evaluations(count: int) -> str:
         return f"{count} evaluation{'s' if count > 1 else ''}"
 
+    fraction = f"{settings.quantile_fraction:.0%}"
     schedulers = {
         "asha": ("pruning", f"ASHA, after {evaluations(settings.grace_evaluations)}"),
         "pbt": (
             "population",
             f"PBT: every {evaluations(settings.perturbation_evaluations)}, the bottom "
-            f"{settings.quantile_fraction:.0%} continue from the top {settings.quantile_fraction:.0%}"
-            "'s checkpoints with perturbed values"
+            f"{fraction} continue from the top {fraction}'s checkpoints with perturbed values"
             + (" (all together)" if settings.synchronous else ""),
         ),
         "none": ("pruning", "none (every trial runs its whole budget)"),

@@ -92,6 +92,43 @@ def test_runs_are_found_recursively_with_checkpoints_and_seed_groups(served, che
     assert seed_group("walker-seed-12") == "walker"
 
 
+def test_a_searchs_trials_are_one_group_with_their_results(served):
+    """drl tune's layout: <search>/search.yaml, trials/<trial>/metrics_trial.csv, and each
+    re-trained candidate's seeds under retrain/; results.csv once the search ended."""
+    root, get = served
+    search = root / "search_hopper"
+    search.mkdir()
+    (search / "search.yaml").write_text("config: {}\n")
+    for trial in ("trial_001", "trial_002"):
+        write_run(search / "trials" / trial, "trial", 2)
+    for seed in (1000, 1001):
+        write_run(search / "retrain" / f"trial_002_seed{seed}", "trial", 2)
+    write_run(root / "trials" / "lone", "trial", 1)  # a folder named trials, but no search
+    runs = {(run["group"], run["name"]): run for run in get_json(get, "/api/runs")[1]["runs"]}
+    assert set(runs) == {
+        ("search search_hopper", "trial_001"),
+        ("search search_hopper", "trial_002"),
+        ("search search_hopper: trial_002 re-trained", "trial_002_seed1000"),
+        ("search search_hopper: trial_002 re-trained", "trial_002_seed1001"),
+        ("trial", "trial"),
+    }
+    trial = runs[("search search_hopper", "trial_001")]
+    assert (trial["group_kind"], trial["note"], trial["values"]) == ("trials", "", {})
+    assert (
+        runs[("search search_hopper: trial_002 re-trained", "trial_002_seed1000")]["group_kind"]
+        == "seeds"
+    )
+    (search / "results.csv").write_text(
+        "trial,algo_params.learning_rate,objective,last_evaluation_return,env_steps,state\n"
+        "trial_002,0.001,812.25,800,1000,finished\n"
+        "trial_001,0.0001,,,300,error\n"
+    )
+    runs = {run.name: run.describe() for run in find_runs([root])}  # the server rescans later
+    assert runs["trial_002"]["note"] == "objective 812.2, finished"
+    assert runs["trial_002"]["values"] == {"algo_params.learning_rate": "0.001"}
+    assert runs["trial_001"]["note"] == "no objective, error"
+
+
 def test_rows_come_whole_then_only_the_new_ones(served):
     root, get = served
     path = write_run(root, "run", 3)

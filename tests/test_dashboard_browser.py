@@ -100,6 +100,21 @@ def test_the_page_draws_a_real_run_follows_it_live_and_shows_its_audit(tiny_conf
         assert "best return" in summary and "metrics metrics_live.csv" in summary
         audit = json.loads(page.send("text #run-audit", "TEXT "))
         assert "actor_semantics schema" in audit and "PASS" in audit
+
+        # A drl tune search appears (its layout, the live run's rows as its trials): one
+        # group of trials, each trial its own line (trials are not seeds to average).
+        search = Path(config.output_dir) / "search_x"
+        for trial in ("trial_001", "trial_002"):
+            (search / "trials" / trial).mkdir(parents=True)
+            shutil.copyfile(config.metrics_path, search / "trials" / trial / "metrics_trial.csv")
+        (search / "results.csv").write_text(
+            "trial,algo_params.learning_rate,objective,state\n"
+            "trial_001,0.001,12.5,finished\ntrial_002,0.0001,3.0,stopped early\n"
+        )
+        (search / "search.yaml").write_text("config: {}\n")
+        page.send(f"wait trial_002 {with_return + 1}", "SEEN ")
+        listed = json.loads(page.send("text #runs", "TEXT "))
+        assert "search search_x (2 trials)" in listed and "objective 12.5, finished" in listed
     finally:
         page.close()
         server.shutdown()

@@ -229,6 +229,11 @@ def test_a_small_search_writes_every_trial_and_a_winner_that_trains(files, tmp_p
             float(row["algo_params.learning_rate"])
         )
         assert (tmp_path / "search" / "trials" / row["trial"] / "model_trial.pt").exists()
+    # The dashboard shows the trials as one group (search.yaml marks the folder).
+    from drlcli.dashboard.runs import find_runs
+
+    found = {(run.group, run.name, run.group_kind) for run in find_runs([tmp_path / "search"])}
+    assert {("search search", trial, "trials") for trial in ("trial_001", "trial_002")} <= found
     assert [candidate.trial for candidate in summary.candidates] != []
     assert all(list(c.seed_returns) == [10] for c in summary.candidates)
     assert summary.candidates[0].median >= summary.candidates[-1].median

@@ -4,7 +4,10 @@ A run is a metrics CSV written by ``drl train`` (its header starts with ``round,
 it is named ``metrics_<name>.csv``),
 with the checkpoints and videos beside it: ``model_<name>.pt``, ``model_<name>_best.pt`` and
 any ``.mp4``/``.webm`` whose name starts with ``<name>`` or ``model_<name>`` (all of a folder's
-videos when it holds one run). Nothing outside the given folders is ever reported: a file whose
+videos when it holds one run). Runs of one config on other seeds form a group; so do the
+trials of a ``drl tune`` search (its folder holds ``search.yaml``: the trials under
+``trials/``, each named by its folder, and each re-trained candidate's seeds under
+``retrain/``). Nothing outside the given folders is ever reported: a file whose
 real path (symbolic links resolved) leaves them is skipped.
 
 CSVs are read by byte offset, complete lines only, so a row being written is read once it is
@@ -27,6 +30,8 @@ from typing import Any
 REQUIRED_COLUMNS = ("round", "env_steps")
 VIDEO_SUFFIXES = (".mp4", ".webm")
 _SEED_SUFFIX = re.compile(r"[_-]seed[_-]?\d+$")
+SEARCH_FILE = "search.yaml"  # in a drl tune search's folder
+SEARCH_RESULTS = "results.csv"  # ... its trials' results, once the search ended
 # Never walk into these (virtual environments, caches, VCS data).
 _SKIPPED_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".pytest_cache"}
 
@@ -43,6 +48,9 @@ class Run:
     checkpoint: Path | None
     best_checkpoint: Path | None
     videos: tuple[Path, ...] = field(default=())
+    group_kind: str = "seeds"  # or "trials": a search's, which differ by more than a seed
+    note: str = ""  # a search trial's objective and state
+    values: dict[str, str] = field(default_factory=dict)  # a search trial's searched values
 
     def describe(self) -> dict[str, Any]:
         """The run-list entry of the API (paths relative to the run's root)."""
@@ -59,6 +67,9 @@ class Run:
             "checkpoint": relative(self.checkpoint),
             "best_checkpoint": relative(self.best_checkpoint),
             "videos": [path.name for path in self.videos],
+            "group_kind": self.group_kind,
+            "note": self.note,
+            "values": self.values,
         }
 
 
@@ -66,6 +77,56 @@ def seed_group(name: str) -> str:
     """Runs of one config with different seeds share a group: the name without a trailing
     ``_seed<N>`` (``hopper_ppo_seed2`` -> ``hopper_ppo``)."""
     return _SEED_SUFFIX.sub("", name)
+
+
+@dataclass(frozen=True)
+class Grouping:
+    """Where a run belongs: its name, its group and the group's kind, and for a search's
+    trial its result."""
+
+    name: str
+    group: str
+    kind: str = "seeds"
+    note: str = ""
+    values: dict[str, str] = field(default_factory=dict)
+
+
+def grouping(
+    directory: Path, name: str, results: dict[Path, dict[str, dict[str, str]]]
+) -> Grouping:
+    """The group of the run named ``name`` in ``directory``: a search's trial (named by its
+    folder), a re-trained candidate's seed, or a seed of a config. ``results``: the searches'
+    results read so far (a cache for one listing)."""
+    search = directory.parent.parent
+    kind = directory.parent.name
+    if kind not in ("trials", "retrain") or not (search / SEARCH_FILE).is_file():
+        return Grouping(name, seed_group(name))
+    trial = directory.name
+    if kind == "retrain":
+        return Grouping(trial, f"search {search.name}: {seed_group(trial)} re-trained")
+    if search not in results:
+        results[search] = _search_results(search / SEARCH_RESULTS)
+    row = results[search].get(trial)
+    if row is None:  # the search is still running
+        return Grouping(trial, f"search {search.name}", "trials")
+    columns = list(row)
+    values = {key: row[key] for key in columns[1 : columns.index("objective")]}
+    objective = f"objective {float(row['objective']):.1f}" if row["objective"] else "no objective"
+    return Grouping(
+        trial, f"search {search.name}", "trials", f"{objective}, {row['state']}", values
+    )
+
+
+def _search_results(path: Path) -> dict[str, dict[str, str]]:
+    """A search's results CSV by trial (empty while the search runs, or if unreadable)."""
+    try:
+        with path.open(newline="") as handle:
+            rows = list(csv.DictReader(handle))
+    except (OSError, csv.Error, UnicodeDecodeError):
+        return {}
+    if not rows or "objective" not in rows[0] or "trial" not in rows[0]:
+        return {}
+    return {row["trial"]: row for row in rows}
 
 
 def run_id(csv_path: Path) -> str:
@@ -98,6 +159,7 @@ def _is_metrics_csv(path: Path) -> bool:
 def find_runs(roots: list[Path]) -> list[Run]:
     """Every run under ``roots`` (recursively), sorted by folder and name."""
     runs: dict[str, Run] = {}
+    results: dict[Path, dict[str, dict[str, str]]] = {}
     for root in roots:
         root = root.resolve()
         if not root.is_dir():
@@ -125,17 +187,21 @@ def find_runs(roots: list[Path]) -> list[Run]:
                     if len(csvs) == 1 or video.name.startswith((name, f"model_{name}"))
                 )
                 identifier = run_id(real)
+                where = grouping(directory, name, results)
                 runs.setdefault(
                     identifier,
                     Run(
                         id=identifier,
-                        name=name,
-                        group=seed_group(name),
+                        name=where.name,
+                        group=where.group,
                         root=root,
                         csv_path=real,
                         checkpoint=_beside(directory, f"model_{name}.pt", root),
                         best_checkpoint=_beside(directory, f"model_{name}_best.pt", root),
                         videos=mine,
+                        group_kind=where.kind,
+                        note=where.note,
+                        values=where.values,
                     ),
                 )
     return sorted(runs.values(), key=lambda run: (str(run.csv_path.parent), run.name))

@@ -3,6 +3,7 @@ re-trains the best on fresh seeds, and writes the results CSV and the winner's c
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -15,6 +16,7 @@ from typing import Any
 import yaml
 
 from drlcli.config import config_from_dict, read_yaml_mapping
+from drlcli.dashboard.runs import SEARCH_FILE
 from drlcli.errors import ConfigError, SearchInterrupted, TrainingError, UsageError
 from drlcli.topology import AvailableDevices, topology_for_config
 from drlcli.tune.search import (
@@ -201,6 +203,8 @@ def run_search(
             "folder with --output"
         )
     folder.mkdir(parents=True, exist_ok=True)
+    if not resume:
+        write_search_file(plan, folder / SEARCH_FILE)
     resources = trial_resources(plan.trial_config({}, folder, 0), settings)
     trainable = tune.with_resources(
         tune.with_parameters(run_trial, plan=plan, experiment_folder=searched), resources
@@ -264,6 +268,23 @@ def run_search(
         + yaml.safe_dump(winner, sort_keys=False)
     )
     return SearchSummary(folder, results_csv, winner_yaml, winner_values, candidates)
+
+
+def write_search_file(plan: TrialPlan, path: Path) -> None:
+    """What the search is (its config, space and settings): a record of it, and what marks
+    its folder as a search's (the dashboard groups its trials)."""
+    space = {
+        dimension.key: {
+            dimension.kind: list(dimension.values)
+            if dimension.kind == "choice"
+            else [dimension.low, dimension.high]
+        }
+        for dimension in plan.dimensions
+    }
+    settings = dataclasses.asdict(plan.settings)
+    settings["retrain_seeds"] = list(settings["retrain_seeds"])
+    record = {"config": plan.base, "space": space, "search": settings}
+    path.write_text(yaml.safe_dump(record, sort_keys=False))
 
 
 def _retrain(plan: TrialPlan, top, folder: Path, resources: Any, quiet: bool) -> list:

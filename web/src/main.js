@@ -1,6 +1,8 @@
 // The drl dashboard page: runs from /api/runs, their CSV rows polled incrementally, uPlot charts.
 import uPlot from "uplot";
-import { downsampleMinMax, emaSmooth, groupRuns, groupStats, plottableColumns } from "./series.js";
+import {
+  averagesAsSeeds, downsampleMinMax, emaSmooth, groupRuns, groupStats, groupTitle, plottableColumns,
+} from "./series.js";
 
 const POLL_MS = 1000;
 const RUN_LIST_MS = 5000;
@@ -91,7 +93,7 @@ function renderRunList() {
     if (runs.length > 1) {
       const title = document.createElement("div");
       title.className = "group-name";
-      title.textContent = `${group} (${runs.length} seeds)`;
+      title.textContent = groupTitle(group, runs);
       groupBox.append(title);
     }
     for (const run of runs) {
@@ -117,6 +119,13 @@ function renderRunList() {
       link.title = run.csv;
       link.addEventListener("click", () => showRun(run));
       row.append(box2, swatch, link);
+      if (run.note) {  // a search trial: its objective and state, its values on hover
+        const note = document.createElement("span");
+        note.className = "run-note";
+        note.textContent = run.note;
+        note.title = Object.entries(run.values || {}).map(([k, v]) => `${k} = ${v}`).join("\n");
+        row.append(note);
+      }
       groupBox.append(row);
       const held = state.data.get(run.id);
       if (held && held.error) {
@@ -159,7 +168,7 @@ function lines(yName, loName, hiName) {
     const series = runs.map((run) => ({ run, xs: column(run, xName), ys: column(run, yName) }))
       .filter((s) => s.xs && s.ys);
     if (series.length === 0) continue;
-    if (grouping && series.length > 1) {
+    if (grouping && averagesAsSeeds(series.map((s) => s.run))) {
       const stats = groupStats(series.map((s) => ({ xs: s.xs, ys: emaSmooth(s.ys, weight) })));
       result.push({ label: `${group} (${series.length} seeds)`, color: series[0].run.color,
         xs: stats.xs, ys: stats.mean, lo: stats.min, hi: stats.max });

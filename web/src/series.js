@@ -84,3 +84,15 @@ export function plottableColumns(columns) {
   const skip = new Set(["round", "env_steps", "wall_time_s"]);
   return columns.filter((c) => !skip.has(c));
 }
+
+/** A group's heading: a search's trials are counted as trials, other groups as seeds. */
+export function groupTitle(group, runs) {
+  const kind = runs[0] && runs[0].group_kind === "trials" ? "trials" : "seeds";
+  return `${group} (${runs.length} ${kind})`;
+}
+
+/** Whether a group's runs may be drawn as one mean line with a band: seeds of one config, not
+ * a search's trials (different values, not repetitions). */
+export function averagesAsSeeds(runs) {
+  return runs.length > 1 && runs.every((run) => run.group_kind !== "trials");
+}

@@ -1,6 +1,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { downsampleMinMax, emaSmooth, groupRuns, groupStats } from "../src/series.js";
+import {
+  averagesAsSeeds, downsampleMinMax, emaSmooth, groupRuns, groupStats, groupTitle,
+} from "../src/series.js";
 
 test("debiased EMA: the first value is kept, then values are averaged", () => {
   assert.deepEqual(emaSmooth([1, 2, 3], 0), [1, 2, 3]);
@@ -38,4 +40,14 @@ test("seed groups: mean, min and max on the union of x", () => {
   ]);
   assert.deepEqual([...groups.keys()], ["hopper", "cheetah"]);
   assert.deepEqual(groups.get("hopper").map((r) => r.id), ["a", "c"]);
+});
+
+test("a search's trials are a group of trials, never averaged as seeds", () => {
+  const seeds = [{ group: "hopper", group_kind: "seeds" }, { group: "hopper", group_kind: "seeds" }];
+  const trials = [{ group: "search x", group_kind: "trials" }, { group: "search x", group_kind: "trials" }];
+  assert.equal(groupTitle("hopper", seeds), "hopper (2 seeds)");
+  assert.equal(groupTitle("search x", trials), "search x (2 trials)");
+  assert.equal(averagesAsSeeds(seeds), true);
+  assert.equal(averagesAsSeeds(trials), false);
+  assert.equal(averagesAsSeeds(seeds.slice(0, 1)), false);
 });
