@@ -6,6 +6,7 @@ by PID afterwards, and none is left."""
 from __future__ import annotations
 
 import contextlib
+import csv
 import os
 import re
 import shutil
@@ -259,6 +260,43 @@ def test_a_node_without_the_code_or_the_file_stops_the_run_before_it_starts(
     assert len(lines) == 1 and re.match(r"error: node \S+ \([0-9a-f]{12}\): ", lines[0])
     assert problem in " ".join(done.stderr.split())
     assert not (tmp_path / "out" / "metrics_run.csv").exists()  # no round ran
+
+
+def test_drl_tune_spreads_a_search_over_the_two_node_cluster(cluster, tmp_path):
+    """Two trials of two CPUs each, on two nodes of two CPUs: one trial on each node, side by
+    side; every trial's result and folder in the search's (shared) output folder."""
+    address, _ = cluster
+    config = tmp_path / "tuned.yaml"
+    config.write_text(
+        "env: {id: InvertedPendulum-v5, num_envs: 1}\nnum_actors: 2\ntotal_env_steps: 160\n"
+        f"rollout_length: 40\noutput_dir: {tmp_path / 'out'}\nevaluation: {{episodes: 1}}\n"
+        "algo_params: {num_epochs: 1, num_minibatches: 2, hidden_sizes: [8]}\n"
+    )
+    space = tmp_path / "space.yaml"
+    space.write_text(
+        "space: {algo_params.learning_rate: {loguniform: [1.0e-4, 1.0e-3]}}\n"
+        "search: {trials: 2, searcher: random, scheduler: none, evaluations_per_trial: 2,\n"
+        "         cpus_per_trial: 2, retrain_top: 0}\n"
+    )
+    output = tmp_path / "search"
+    command = [sys.executable, "-m", "drlcli", "tune", str(config), str(space), "--quiet"]
+    done = subprocess.run(
+        [*command, "--address", address, "--output", str(output)],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    with open(output / "results.csv") as handle:
+        results = list(csv.DictReader(handle))
+    assert sorted((row["trial"], row["state"]) for row in results) == [
+        ("trial_001", "finished"),
+        ("trial_002", "finished"),
+    ]
+    for row in results:
+        assert len(read_metrics(output / "trials" / row["trial"] / "metrics_trial.csv")) == 2
+    assert len(rollout_actor_nodes(address, "MuJoCoActor")) == 2
 
 
 def test_a_local_run_starts_its_own_ray_beside_a_cluster_on_this_machine(cluster, tmp_path):

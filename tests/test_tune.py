@@ -114,6 +114,8 @@ def test_search_settings_are_checked_against_the_config():
         parse_search_settings({}, config)
     other = config_from_dict({"env": {"id": "InvertedPendulum-v5"}})
     assert parse_search_settings(None, other) == SearchSettings()
+    # Unset, the objective's evaluations are at most the trial's.
+    assert parse_search_settings({"evaluations_per_trial": 2}, other).objective_evaluations == 2
     # Population-based training samples its population at random.
     assert parse_search_settings({"scheduler": "pbt"}, other).searcher == "random"
     for raw, message in [

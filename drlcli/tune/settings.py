@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +24,7 @@ class SearchSettings:
     sets one); the objective and the pruning decisions are taken at these points."""
     objective_evaluations: int = field(default=3, metadata=positive())
     """The objective: the mean return of a trial's last this many evaluations (its final one
-    included), not of one noisy evaluation."""
+    included), not of one noisy evaluation; unset, at most ``evaluations_per_trial``."""
     searcher: str = field(default="optuna", metadata=one_of("optuna", "random"))
     """optuna: Optuna's TPE sampler; random: independent uniform draws (the default, and the
     only one, under population-based training, which samples its population at once)."""
@@ -72,6 +73,13 @@ def parse_search_settings(raw: Any, config: Config, where: str = "search") -> Se
     settings = build_section(
         SearchSettings, {"searcher": "random", **raw} if population_based else raw, where
     )
+    if isinstance(raw, dict) and "objective_evaluations" not in raw:  # the default, at most
+        settings = dataclasses.replace(
+            settings,
+            objective_evaluations=min(
+                settings.objective_evaluations, settings.evaluations_per_trial
+            ),
+        )
     if settings.retrain_top and not settings.retrain_seeds:
         raise ConfigError(f"{where}.retrain_seeds: give seeds to re-train on, or retrain_top: 0")
     if config.env.seed in settings.retrain_seeds:
