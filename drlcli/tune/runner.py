@@ -3,6 +3,7 @@ re-trains the best on fresh seeds, and writes the results CSV and the winner's c
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -229,7 +230,7 @@ def run_search(
                 ),
                 run_config=_run_config(folder, "trials", quiet, settings.scheduler == "pbt"),
             )
-        results = _fit(tuner, folder)
+        results = _fit(tuner, folder, quiet)
         rows, ranked = [], []
         for result in results:
             values = decode_values(result.config, plan.dimensions)
@@ -315,7 +316,7 @@ def _retrain(plan: TrialPlan, top, folder: Path, resources: Any, quiet: bool) ->
             run_config=_run_config(folder, "retrain", quiet),
         )
     returns: dict[str, dict[int, float]] = {trial: {} for _, trial, _ in top}
-    for result in _fit(tuner, folder):
+    for result in _fit(tuner, folder, quiet):
         if result.error is not None:
             raise TrainingError(f"a re-training trial failed: {_last_line(result.error)}")
         final = (result.metrics or {}).get("evaluation_return")
@@ -341,11 +342,33 @@ def _run_config(folder: Path, name: str, quiet: bool, keep_every_checkpoint: boo
     )
 
 
-def _fit(tuner: Any, folder: Path) -> Any:
+def _fit(tuner: Any, folder: Path, quiet: bool) -> Any:
     """``tuner.fit()``, where Ctrl-C or SIGTERM ends the experiment as Ray Tune's own stop
     signal (SIGUSR1) does, its state saved for ``Tuner.restore``: ``SearchInterrupted``. A
     second signal stops at once. (Ray Tune marks the trials it stopped as terminated, so the
-    signal itself is what tells an interrupted search from a finished one.)"""
+    signal itself is what tells an interrupted search from a finished one.) ``quiet``: Ray
+    Tune prints nothing (its newer output prints a header and a TensorBoard hint at any
+    verbosity; the older one, at verbosity 0, nothing)."""
+    with _environment(RAY_AIR_NEW_OUTPUT="0" if quiet else None):
+        return _fit_with_signals(tuner, folder)
+
+
+@contextlib.contextmanager
+def _environment(**values: str | None):
+    """Environment variables set (None: left as they are) for the block, then restored."""
+    previous = {name: os.environ.get(name) for name, value in values.items() if value is not None}
+    os.environ.update({name: value for name, value in values.items() if value is not None})
+    try:
+        yield
+    finally:
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _fit_with_signals(tuner: Any, folder: Path) -> Any:
     import signal
     import threading
 
