@@ -178,14 +178,31 @@ def train(
     dashboard_port: Annotated[
         int, typer.Option("--dashboard-port", help="Port of --dashboard.")
     ] = 6007,
+    tensorboard: Annotated[
+        Path | None,
+        typer.Option(
+            "--tensorboard",
+            metavar="DIR",
+            help="Also write TensorBoard event files into DIR/<name> (logging.tensorboard; "
+            "pip install 'drlcli[tensorboard]').",
+        ),
+    ] = None,
 ) -> None:
     """Train a policy as CONFIG describes; writes metrics CSV and checkpoints."""
 
     def body() -> None:
+        import dataclasses
+
         from drlcli.config import load_config
         from drlcli.report import render_dry_run
 
         config = load_config(_config_or_preset(config_path))
+        if tensorboard is not None:
+            logging = dataclasses.replace(config.logging, tensorboard=str(tensorboard))
+            config = dataclasses.replace(config, logging=logging)
+        from drlcli.sinks import check_sinks
+
+        check_sinks(config)
         if dry_run:
             render_dry_run(config, stdout)
             return

@@ -100,6 +100,16 @@ class EvaluationConfig:
 
 
 @dataclass(frozen=True)
+class LoggingConfig:
+    """Where a run's metrics go besides its metrics CSV (the record of truth); each is off by
+    default and is an optional extra (``pip install 'drlcli[tensorboard]'``)."""
+
+    tensorboard: str | None = None
+    """A folder of TensorBoard runs: this run's event files go to ``<folder>/<name>``; null:
+    off."""
+
+
+@dataclass(frozen=True)
 class Config:
     """One training run. Topology names (num_actors, num_gpus, ...) are those of Method.md."""
 
@@ -111,6 +121,8 @@ class Config:
     """The task."""
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     """Periodic and final deterministic evaluation."""
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    """Metrics sinks beside the CSV (TensorBoard)."""
     num_actors: int = field(default=1, metadata=positive())
     """Rollout actors requested in total."""
     num_gpus: int = field(default=1, metadata=positive())

@@ -17,6 +17,11 @@ from dataclasses import dataclass, field
 
 RENDERING_BACKENDS = ("egl", "osmesa", "glfw")
 PACKAGES = ("drlcli", "torch", "ray", "mujoco", "gymnasium", "onnxruntime", "numpy")
+# Optional extras: (package, extra, what needs it).
+OPTIONAL_PACKAGES = (
+    ("optuna", "tune", "drl tune's default searcher"),
+    ("tensorboard", "tensorboard", "logging.tensorboard, drl train --tensorboard"),
+)
 
 # Renders one frame of a one-sphere model offscreen with the backend MUJOCO_GL names.
 _RENDER_PROBE = """
@@ -111,6 +116,17 @@ def diagnose(
         if version is None:
             problems.append(f"{name} is not installed: pip install drlcli (it brings {name})")
             diagnosis.blocking = True
+
+    for name, extra, use in OPTIONAL_PACKAGES:  # not problems: only the runs that ask need them
+        version = package_version(name)
+        facts.append(
+            (
+                name,
+                f"{version} ({use})"
+                if version
+                else f"not installed ({use}: pip install 'drlcli[{extra}]')",
+            )
+        )
 
     try:
         import torch

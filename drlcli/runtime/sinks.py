@@ -13,6 +13,9 @@ from typing import Any, Protocol
 
 
 class MetricsSink(Protocol):
+    """What a sink implements; it may also have ``final_evaluation(result, env_steps)``, called
+    once with the run's final evaluation (an ``EvaluationResult``) before ``close``."""
+
     def write(self, row: Mapping[str, Any]) -> None:
         """One round's row (the run's columns; None where there is nothing to report)."""
         ...
@@ -52,6 +55,15 @@ class MetricsSinks:
                 sink.write(row)
             except Exception as error:  # any failure of an optional sink: the CSV has the row
                 self._drop(sink, "failed", error)
+
+    def final_evaluation(self, result: Any, env_steps: int) -> None:
+        """The run's final evaluation, to the optional sinks that take it."""
+        for sink in list(self.optional):
+            if hasattr(sink, "final_evaluation"):
+                try:
+                    sink.final_evaluation(result, env_steps)
+                except Exception as error:
+                    self._drop(sink, "failed", error)
 
     def close(self) -> None:
         """Close the optional sinks, then the record (whose error propagates)."""

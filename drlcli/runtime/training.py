@@ -67,6 +67,7 @@ from drlcli.runtime.progress import TrainingProgress
 from drlcli.runtime.ray_session import process_resources, ray_session
 from drlcli.runtime.sinks import MetricsSink, MetricsSinks
 from drlcli.runtime.stop import StopRequest, StopRule, first_stop_reason
+from drlcli.sinks import check_sinks, open_sinks
 from drlcli.topology import AvailableDevices, detect_available_devices
 from drlcli.topology import topology_for_config as resolve_for
 
@@ -148,6 +149,7 @@ def train(
         )
         needs = run_memory_needs(algorithm, config.algo_params, shape, actor.parameter_bytes)
         check_memory(needs, available_memory_bytes())
+    check_sinks(config)  # an extra the logging section needs and lacks: refused here
     check_writable(config.output_dir, "output_dir")
     check_writable(Path(config.metrics_path).parent, "metrics_path")
     # Enough logical CPUs for every rollout actor, learner and the evaluator.
@@ -206,11 +208,11 @@ def train(
                 style="yellow",
                 highlight=False,
             )
-        sinks = MetricsSinks(
-            writer,
-            metrics_sinks,
-            warn=lambda line: console.print(line, style="yellow", highlight=False, soft_wrap=True),
-        )
+
+        def warn(line: str) -> None:
+            console.print(line, style="yellow", highlight=False, soft_wrap=True)
+
+        sinks = MetricsSinks(writer, [*open_sinks(config, warn), *metrics_sinks], warn=warn)
         evaluator = None
         try:
             evaluator = EvaluationRunner(
@@ -394,6 +396,7 @@ def _run(
         if latest is not None:  # before the loop closes: one of its processes may host it
             final_evaluation = evaluator.final_evaluation(latest, checkpointing.offer_evaluated)
             checkpointing.run_ended(final_evaluation)
+            sinks.final_evaluation(final_evaluation, progress.env_steps)
     finally:
         loop.close()
 

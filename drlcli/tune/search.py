@@ -62,6 +62,10 @@ class TrialPlan:
         )
         raw.setdefault("env", {})["seed"] = seed
         raw.setdefault("evaluation", {})["interval_env_steps"] = self.evaluation_interval
+        logging = raw.get("logging") or {}
+        if logging.get("tensorboard"):  # each trial its own run: <dir>/<search>/<trial>/trial
+            where = Path(logging["tensorboard"]) / folder.parent.parent.name / folder.name
+            raw["logging"] = {**logging, "tensorboard": str(where)}
         return config_from_dict(raw)
 
 

@@ -1,0 +1,142 @@
+"""Metrics sinks beside the CSV (the logging config section): TensorBoard event files read
+back with TensorBoard's own reader, a missing extra, and a sink that fails."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+from typer.testing import CliRunner
+
+from drlcli.cli import app
+from drlcli.config import config_from_dict, load_config
+from drlcli.errors import UsageError
+from drlcli.evaluation import EvaluationResult
+from drlcli.runtime.sinks import MetricsSinks
+from drlcli.sinks import check_sinks, open_sinks
+from drlcli.sinks.tensorboard_sink import TensorBoardSink
+
+runner = CliRunner(env={"COLUMNS": "200"})
+
+
+def scalars_and_texts(folder):
+    """TensorBoard's reader of a run folder: {tag: [(step, value)]} and {tag: text}."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(folder), size_guidance={"scalars": 0, "tensors": 0})
+    events.Reload()
+    scalars = {
+        tag: [(event.step, event.value) for event in events.Scalars(tag)]
+        for tag in events.Tags()["scalars"]
+    }
+    texts = {
+        tag: events.Tensors(tag)[0].tensor_proto.string_val[0].decode()
+        for tag in events.Tags()["tensors"]
+    }
+    return scalars, texts
+
+
+def test_tensorboard_gets_every_numeric_column_against_env_steps(tmp_path):
+    config = config_from_dict(
+        {"env": {"id": "InvertedPendulum-v5"}, "logging": {"tensorboard": str(tmp_path)}},
+        default_name="pendulum",
+    )
+    sink = TensorBoardSink.for_run(config)
+    sink.write({"round": 1, "env_steps": 256, "episode_return_mean": None, "Loss/value": 0.5})
+    sink.write({"round": 2, "env_steps": 512, "episode_return_mean": 12.0, "Loss/value": 0.25})
+    result = EvaluationResult(returns=(30.0, 50.0), lengths=(30, 50), env_steps=512)
+    sink.final_evaluation(result, 512)
+    sink.close()
+    scalars, texts = scalars_and_texts(tmp_path / "pendulum")
+    assert scalars["round"] == [(256, 1.0), (512, 2.0)]
+    assert scalars["episode_return_mean"] == [(512, 12.0)]  # no point where the CSV is empty
+    assert scalars["Loss/value"] == [(256, 0.5), (512, 0.25)]
+    assert scalars["final/eval_return_mean"] == [(512, 40.0)]
+    assert "env_steps" not in scalars  # the x axis
+    assert "id: InvertedPendulum-v5" in texts["config/text_summary"]
+
+
+def test_a_missing_extra_is_refused_before_anything_starts(monkeypatch, tmp_path):
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *args: None if name == "tensorboard" else real_find_spec(name, *args),
+    )
+    config = config_from_dict({"logging": {"tensorboard": str(tmp_path)}})
+    with pytest.raises(UsageError, match=r"pip install 'drlcli\[tensorboard\]'"):
+        check_sinks(config)
+    check_sinks(config_from_dict({}))  # nothing asked, nothing needed
+    path = tmp_path / "run.yaml"
+    path.write_text("env: {id: InvertedPendulum-v5}\n")
+    result = runner.invoke(app, ["train", str(path), "--tensorboard", str(tmp_path), "--dry-run"])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        "error: logging.tensorboard (--tensorboard DIR) needs the tensorboard package, not "
+        "installed here: pip install 'drlcli[tensorboard]'"
+    ]
+
+
+def test_a_sink_that_cannot_open_or_write_warns_once_and_the_csv_goes_on(tmp_path):
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    warnings = []
+    config = config_from_dict({"logging": {"tensorboard": str(blocked)}}, default_name="run")
+    assert open_sinks(config, warnings.append) == []
+    assert len(warnings) == 1 and warnings[0].startswith("warning: metrics sink tensorboard fail")
+
+    class Record:
+        rows = []
+
+        def write(self, row):
+            self.rows.append(row)
+
+        def close(self):
+            pass
+
+    class Broken:
+        name = "broken"
+
+        def write(self, row):
+            raise OSError("No space left on device")
+
+        def final_evaluation(self, result, env_steps):
+            raise AssertionError("left out after its first failure")
+
+        def close(self):
+            raise AssertionError("left out after its first failure")
+
+    record, warned = Record(), []
+    sinks = MetricsSinks(record, [Broken()], warn=warned.append)
+    for index in range(3):
+        sinks.write({"round": index})
+    sinks.final_evaluation(None, 0)
+    sinks.close()
+    assert len(record.rows) == 3 and len(warned) == 1
+    assert "metrics sink broken failed (OSError: No space left on device)" in warned[0]
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_run_with_logging_tensorboard_writes_every_csv_column(tiny_config, tmp_path):
+    from drlcli.metrics import read_metrics
+    from drlcli.runtime.training import train
+    from drlcli.topology import AvailableDevices
+
+    boards = tmp_path / "boards"
+    config = load_config(
+        tiny_config(
+            "boarded",
+            total=256,
+            extra=f"logging: {{tensorboard: {boards}}}\nevaluation: {{episodes: 2}}\n",
+        )
+    )
+    summary = train(config, quiet=True, devices=AvailableDevices(cuda_devices=0, mps=False))
+    rows = read_metrics(config.metrics_path)
+    scalars, texts = scalars_and_texts(boards / "boarded")
+    for column in rows[0]:
+        written = [(int(row["env_steps"]), float(row[column])) for row in rows if row[column]]
+        if column != "env_steps" and written:
+            assert [(step, pytest.approx(value)) for step, value in written] == scalars[column]
+    final = summary.final_evaluation
+    assert scalars["final/eval_return_mean"] == [(256, pytest.approx(final.return_mean))]
+    assert "name: boarded" in texts["config/text_summary"]
