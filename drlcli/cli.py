@@ -6,6 +6,7 @@ imported inside the command bodies.
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import traceback
 from collections.abc import Callable
@@ -184,7 +185,16 @@ def train(
             "--tensorboard",
             metavar="DIR",
             help="Also write TensorBoard event files into DIR/<name> (logging.tensorboard; "
-            "pip install 'drlcli[tensorboard]').",
+            "pip install 'drlcli\\[tensorboard]').",
+        ),
+    ] = None,
+    mlflow: Annotated[
+        str | None,
+        typer.Option(
+            "--mlflow",
+            metavar="URI",
+            help="Also log an MLflow run to the store or server URI (sqlite:///mlflow.db, "
+            "http://host:5000; logging.mlflow; pip install 'drlcli\\[mlflow]').",
         ),
     ] = None,
 ) -> None:
@@ -193,12 +203,18 @@ def train(
     def body() -> None:
         import dataclasses
 
-        from drlcli.config import load_config
+        from drlcli.config import MlflowConfig, load_config
         from drlcli.report import render_dry_run
 
         config = load_config(_config_or_preset(config_path))
         if tensorboard is not None:
             logging = dataclasses.replace(config.logging, tensorboard=str(tensorboard))
+            config = dataclasses.replace(config, logging=logging)
+        if mlflow is not None:
+            settings = dataclasses.replace(
+                config.logging.mlflow or MlflowConfig(), tracking_uri=mlflow
+            )
+            logging = dataclasses.replace(config.logging, mlflow=settings)
             config = dataclasses.replace(config, logging=logging)
         from drlcli.sinks import check_sinks
 
@@ -420,8 +436,36 @@ def export(
             allow_env_modules=allow_env_module or (),
         )
         render_export(summary, stdout)
+        _log_export_to_mlflow(checkpoint, output)
 
     _run(body)
+
+
+def _log_export_to_mlflow(checkpoint: Path, onnx_path: Path) -> None:
+    """When the checkpoint's run logged to MLflow (logging.mlflow), add the ONNX file to that
+    run; a failure is a one-line warning (the file is written)."""
+    from drlcli.checkpoint import load_payload
+    from drlcli.config import config_from_dict
+
+    try:
+        config = config_from_dict(load_payload(checkpoint)["config"])
+    except Exception:  # an older or foreign config: nothing to log into
+        return
+    if config.logging.mlflow is None or importlib.util.find_spec("mlflow") is None:
+        return
+    from drlcli.sinks.mlflow_sink import log_export
+
+    try:
+        run_id = log_export(config, onnx_path)
+    except Exception as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        stderr.print(
+            escape(f"warning: the ONNX file is written; MLflow did not take it ({first})"),
+            style="yellow",
+        )
+        return
+    if run_id is not None:
+        stdout.print(escape(f"MLflow run {run_id}: onnx/{onnx_path.name}"), highlight=False)
 
 
 @app.command(epilog=_examples("verify"))

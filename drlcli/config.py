@@ -100,6 +100,17 @@ class EvaluationConfig:
 
 
 @dataclass(frozen=True)
+class MlflowConfig:
+    """An MLflow run per drl run (``logging.mlflow``)."""
+
+    tracking_uri: str | None = None
+    """A tracking server (``http://host:5000``) or store (``sqlite:///mlflow.db``); null:
+    ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` in the working directory."""
+    experiment: str = "drl"
+    """The MLflow experiment the run goes into (created when missing)."""
+
+
+@dataclass(frozen=True)
 class LoggingConfig:
     """Where a run's metrics go besides its metrics CSV (the record of truth); each is off by
     default and is an optional extra (``pip install 'drlcli[tensorboard]'``)."""
@@ -107,6 +118,9 @@ class LoggingConfig:
     tensorboard: str | None = None
     """A folder of TensorBoard runs: this run's event files go to ``<folder>/<name>``; null:
     off."""
+    mlflow: MlflowConfig | None = None
+    """An MLflow run: params from the config, metrics by env step, the checkpoints as artifacts
+    (and the ONNX files ``drl export`` writes from them); null: off."""
 
 
 @dataclass(frozen=True)
@@ -122,7 +136,7 @@ class Config:
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     """Periodic and final deterministic evaluation."""
     logging: LoggingConfig = field(default_factory=LoggingConfig)
-    """Metrics sinks beside the CSV (TensorBoard)."""
+    """Metrics sinks beside the CSV (TensorBoard, MLflow)."""
     num_actors: int = field(default=1, metadata=positive())
     """Rollout actors requested in total."""
     num_gpus: int = field(default=1, metadata=positive())

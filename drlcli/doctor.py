@@ -17,10 +17,16 @@ from dataclasses import dataclass, field
 
 RENDERING_BACKENDS = ("egl", "osmesa", "glfw")
 PACKAGES = ("drlcli", "torch", "ray", "mujoco", "gymnasium", "onnxruntime", "numpy")
-# Optional extras: (package, extra, what needs it).
+# Optional extras: (name, its distributions, the extra, what needs it).
 OPTIONAL_PACKAGES = (
-    ("optuna", "tune", "drl tune's default searcher"),
-    ("tensorboard", "tensorboard", "logging.tensorboard, drl train --tensorboard"),
+    ("optuna", ("optuna",), "tune", "drl tune's default searcher"),
+    (
+        "tensorboard",
+        ("tensorboard",),
+        "tensorboard",
+        "logging.tensorboard, drl train --tensorboard",
+    ),
+    ("mlflow", ("mlflow", "mlflow-skinny"), "mlflow", "logging.mlflow, drl train --mlflow"),
 )
 
 # Renders one frame of a one-sphere model offscreen with the backend MUJOCO_GL names.
@@ -117,8 +123,8 @@ def diagnose(
             problems.append(f"{name} is not installed: pip install drlcli (it brings {name})")
             diagnosis.blocking = True
 
-    for name, extra, use in OPTIONAL_PACKAGES:  # not problems: only the runs that ask need them
-        version = package_version(name)
+    for name, distributions, extra, use in OPTIONAL_PACKAGES:  # only runs that ask need them
+        version = next(filter(None, map(package_version, distributions)), None)
         facts.append(
             (
                 name,

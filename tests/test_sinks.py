@@ -1,5 +1,6 @@
 """Metrics sinks beside the CSV (the logging config section): TensorBoard event files read
-back with TensorBoard's own reader, a missing extra, and a sink that fails."""
+back with TensorBoard's own reader, MLflow runs read back from a SQLite store, a missing extra,
+and sinks that fail."""
 
 from __future__ import annotations
 
@@ -17,6 +18,30 @@ from drlcli.sinks import check_sinks, open_sinks
 from drlcli.sinks.tensorboard_sink import TensorBoardSink
 
 runner = CliRunner(env={"COLUMNS": "200"})
+
+
+@pytest.fixture(scope="session")
+def mlflow_store(tmp_path_factory):
+    """One SQLite store for the session's MLflow tests (creating its tables takes seconds)."""
+    return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+
+
+def mlflow_run(store, run_id):
+    """(params, {metric: [(step, value)]}, status, artifact paths) of an MLflow run."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=store)
+    run = client.get_run(run_id)
+    metrics = {
+        key: [(m.step, m.value) for m in client.get_metric_history(run_id, key)]
+        for key in run.data.metrics
+    }
+    artifacts = [
+        entry.path
+        for folder in client.list_artifacts(run_id)
+        for entry in (client.list_artifacts(run_id, folder.path) if folder.is_dir else [folder])
+    ]
+    return run.data.params, metrics, run.info.status, sorted(artifacts)
 
 
 def scalars_and_texts(folder):
@@ -54,6 +79,65 @@ def test_tensorboard_gets_every_numeric_column_against_env_steps(tmp_path):
     assert scalars["final/eval_return_mean"] == [(512, 40.0)]
     assert "env_steps" not in scalars  # the x axis
     assert "id: InvertedPendulum-v5" in texts["config/text_summary"]
+
+
+def test_mlflow_gets_params_metrics_by_env_step_checkpoints_and_a_resumed_run(
+    mlflow_store, tmp_path
+):
+    from drlcli.sinks.mlflow_sink import MlflowSink, log_export
+
+    config = config_from_dict(
+        {
+            "env": {"id": "InvertedPendulum-v5", "kwargs": {"reset_noise_scale": 0.1}},
+            "output_dir": str(tmp_path),
+            "logging": {"mlflow": {"tracking_uri": mlflow_store, "experiment": "unit"}},
+        },
+        default_name="pendulum",
+    )
+    config.checkpoint_path.write_bytes(b"latest")  # stand-ins: artifacts are files
+    sink = MlflowSink(config)
+    sink.write({"round": 1, "env_steps": 256, "episode_return_mean": None, "Loss/value": 0.5})
+    sink.write({"round": 2, "env_steps": 512, "episode_return_mean": 12.0, "Loss/value": 0.25})
+    result = EvaluationResult(returns=(30.0, 50.0), lengths=(30, 50), env_steps=512)
+    sink.final_evaluation(result, 512)
+    sink.close()
+    params, metrics, status, artifacts = mlflow_run(mlflow_store, sink.run_id)
+    assert params["env.id"] == "InvertedPendulum-v5" and params["name"] == "pendulum"
+    assert params["env.kwargs.reset_noise_scale"] == "0.1"
+    assert metrics["round"] == [(256, 1.0), (512, 2.0)]
+    assert metrics["episode_return_mean"] == [(512, 12.0)]
+    assert metrics["Loss/value"] == [(256, 0.5), (512, 0.25)]
+    assert metrics["final/eval_return_mean"] == [(512, 40.0)]
+    assert "env_steps" not in metrics
+    assert (status, artifacts) == ("FINISHED", ["checkpoints/model_pendulum.pt"])
+
+    resumed = MlflowSink(config, resumed=True)  # the same run goes on
+    assert resumed.run_id == sink.run_id
+    resumed.write({"round": 3, "env_steps": 768, "episode_return_mean": 20.0, "Loss/value": 0.1})
+    resumed.close()
+    assert mlflow_run(mlflow_store, sink.run_id)[1]["round"][-1] == (768, 3.0)
+    assert MlflowSink(config).run_id != sink.run_id  # a fresh run is a run of its own
+
+    onnx = tmp_path / "policy.onnx"
+    onnx.write_bytes(b"onnx")
+    latest = log_export(config, onnx)  # into the latest MLflow run of these metrics
+    assert mlflow_run(mlflow_store, latest)[3] == ["onnx/policy.onnx"]
+
+
+def test_an_mlflow_server_that_does_not_answer_warns_once_and_training_goes_on(tmp_path):
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = config_from_dict(
+        {"logging": {"mlflow": {"tracking_uri": f"http://127.0.0.1:{port}"}}},
+        default_name="run",
+    )
+    warnings = []
+    assert open_sinks(config, warnings.append) == []
+    assert len(warnings) == 1 and warnings[0].startswith("warning: metrics sink mlflow failed")
+    assert warnings[0].endswith("training goes on without it, the metrics CSV has every row")
 
 
 def test_a_missing_extra_is_refused_before_anything_starts(monkeypatch, tmp_path):
@@ -117,7 +201,7 @@ def test_a_sink_that_cannot_open_or_write_warns_once_and_the_csv_goes_on(tmp_pat
 
 
 @pytest.mark.usefixtures("ray_cluster")
-def test_a_run_with_logging_tensorboard_writes_every_csv_column(tiny_config, tmp_path):
+def test_a_run_with_logging_sinks_writes_every_csv_column(tiny_config, tmp_path, mlflow_store):
     from drlcli.metrics import read_metrics
     from drlcli.runtime.training import train
     from drlcli.topology import AvailableDevices
@@ -127,7 +211,8 @@ def test_a_run_with_logging_tensorboard_writes_every_csv_column(tiny_config, tmp
         tiny_config(
             "boarded",
             total=256,
-            extra=f"logging: {{tensorboard: {boards}}}\nevaluation: {{episodes: 2}}\n",
+            extra=f"logging: {{tensorboard: {boards}, mlflow: {{tracking_uri: '{mlflow_store}',"
+            " experiment: run}}\nevaluation: {episodes: 2}\n",
         )
     )
     summary = train(config, quiet=True, devices=AvailableDevices(cuda_devices=0, mps=False))
@@ -140,3 +225,14 @@ def test_a_run_with_logging_tensorboard_writes_every_csv_column(tiny_config, tmp
     final = summary.final_evaluation
     assert scalars["final/eval_return_mean"] == [(256, pytest.approx(final.return_mean))]
     assert "name: boarded" in texts["config/text_summary"]
+
+    from drlcli.sinks.mlflow_sink import client_for, find_run
+
+    params, metrics, status, artifacts = mlflow_run(
+        mlflow_store, find_run(client_for(config), config)
+    )
+    assert {column for column in scalars if not column.startswith("final/")} <= set(metrics)
+    for column, points in scalars.items():
+        assert [(step, pytest.approx(value)) for step, value in metrics[column]] == points
+    assert params["algo_params.num_epochs"] == "2" and status == "FINISHED"
+    assert artifacts == ["checkpoints/model_boarded.pt", "checkpoints/model_boarded_best.pt"]

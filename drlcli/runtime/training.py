@@ -212,7 +212,8 @@ def train(
         def warn(line: str) -> None:
             console.print(line, style="yellow", highlight=False, soft_wrap=True)
 
-        sinks = MetricsSinks(writer, [*open_sinks(config, warn), *metrics_sinks], warn=warn)
+        opened = open_sinks(config, warn, resumed=stored is not None)
+        sinks = MetricsSinks(writer, [*opened, *metrics_sinks], warn=warn)
         evaluator = None
         try:
             evaluator = EvaluationRunner(

@@ -16,7 +16,10 @@ from drlcli.config import Config
 from drlcli.errors import UsageError
 
 # sink -> (the module it needs, the extra that installs it, the config key / CLI option)
-EXTRAS = {"tensorboard": ("tensorboard", "tensorboard", "--tensorboard DIR")}
+EXTRAS = {
+    "tensorboard": ("tensorboard", "tensorboard", "--tensorboard DIR"),
+    "mlflow": ("mlflow", "mlflow", "--mlflow URI"),
+}
 
 
 def require_extra(sink: str) -> None:
@@ -48,12 +51,13 @@ def check_sinks(config: Config) -> None:
         require_extra(sink)
 
 
-def open_sinks(config: Config, warn: Callable[[str], None]) -> list[Any]:
-    """The config's sinks, opened; one that fails to open warns (one line) and is left out."""
+def open_sinks(config: Config, warn: Callable[[str], None], resumed: bool = False) -> list[Any]:
+    """The config's sinks, opened; one that fails to open warns (one line) and is left out.
+    ``resumed``: the run resumes a checkpoint (an MLflow run continues its own)."""
     opened = []
     for sink in wanted_sinks(config):
         try:
-            opened.append(_OPENERS[sink](config))
+            opened.append(_OPENERS[sink](config, resumed))
         except Exception as error:  # an optional sink never stops the run
             detail = str(error).strip().splitlines()[0] if str(error).strip() else ""
             warn(
@@ -64,10 +68,19 @@ def open_sinks(config: Config, warn: Callable[[str], None]) -> list[Any]:
     return opened
 
 
-def _tensorboard(config: Config) -> Any:
+def _tensorboard(config: Config, resumed: bool) -> Any:
     from drlcli.sinks.tensorboard_sink import TensorBoardSink
 
-    return TensorBoardSink.for_run(config)
+    return TensorBoardSink.for_run(config)  # a resumed run's event files join the earlier ones
 
 
-_OPENERS: dict[str, Callable[[Config], Any]] = {"tensorboard": _tensorboard}
+def _mlflow(config: Config, resumed: bool) -> Any:
+    from drlcli.sinks.mlflow_sink import MlflowSink
+
+    return MlflowSink(config, resumed)
+
+
+_OPENERS: dict[str, Callable[[Config, bool], Any]] = {
+    "tensorboard": _tensorboard,
+    "mlflow": _mlflow,
+}

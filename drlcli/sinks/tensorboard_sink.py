@@ -3,7 +3,6 @@ steps, the config as text, and the final evaluation (``final/`` scalars)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -12,8 +11,7 @@ import yaml
 
 from drlcli.config import Config
 from drlcli.evaluation import EvaluationResult
-
-STEP_COLUMN = "env_steps"  # the x axis of every scalar
+from drlcli.sinks.columns import STEP_COLUMN, is_number
 
 
 class TensorBoardSink:
@@ -44,18 +42,14 @@ class TensorBoardSink:
     def write(self, row: Mapping[str, Any]) -> None:
         step = int(row[STEP_COLUMN])
         for column, value in row.items():
-            if column != STEP_COLUMN and _is_number(value):
+            if column != STEP_COLUMN and is_number(value):
                 self.writer.add_scalar(column, value, global_step=step)
 
     def final_evaluation(self, result: EvaluationResult, env_steps: int) -> None:
         for column, value in result.metrics().items():
-            if _is_number(value):
+            if is_number(value):
                 self.writer.add_scalar(f"final/{column}", value, global_step=env_steps)
         self.writer.flush()
 
     def close(self) -> None:
         self.writer.close()
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -1,0 +1,53 @@
+"""A sink's calls on a thread of its own, so that a slow store never slows the rounds."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+
+class BackgroundCalls:
+    """Runs submitted calls in order on one daemon thread. The first call that fails stops
+    the rest; its error is raised by the next ``submit`` or by ``close`` (where the sinks'
+    owner warns once and leaves the sink out).
+
+    Args:
+        name: the thread's name.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.calls: queue.Queue[tuple[Callable[..., Any], tuple[Any, ...]] | None] = queue.Queue()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread.start()
+
+    def submit(self, call: Callable[..., Any], *args: Any) -> None:
+        self._raise_error()
+        self.calls.put((call, args))
+
+    def close(self, timeout_s: float) -> None:
+        """Wait for the calls submitted (at most ``timeout_s``).
+
+        Raises:
+            the first call's error; TimeoutError when the calls outlast ``timeout_s``.
+        """
+        self.calls.put(None)
+        self.thread.join(timeout_s)
+        self._raise_error()
+        if self.thread.is_alive():
+            raise TimeoutError(f"calls still running after {timeout_s:g} s; left behind")
+
+    def _raise_error(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def _run(self) -> None:
+        while (item := self.calls.get()) is not None:
+            if self.error is None:
+                call, args = item
+                try:
+                    call(*args)
+                except BaseException as error:  # raised in the training thread, not here
+                    self.error = error
