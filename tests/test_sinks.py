@@ -236,3 +236,9 @@ def test_a_run_with_logging_sinks_writes_every_csv_column(tiny_config, tmp_path,
         assert [(step, pytest.approx(value)) for step, value in metrics[column]] == points
     assert params["algo_params.num_epochs"] == "2" and status == "FINISHED"
     assert artifacts == ["checkpoints/model_boarded.pt", "checkpoints/model_boarded_best.pt"]
+    # drl export adds its ONNX file to the run of the checkpoint it exports.
+    onnx = tmp_path / "boarded.onnx"
+    exported = runner.invoke(app, ["export", str(config.checkpoint_path), str(onnx)])
+    assert exported.exit_code == 0, exported.output
+    assert "MLflow run" in exported.output and "onnx/boarded.onnx" in exported.output
+    assert "onnx/boarded.onnx" in mlflow_run(mlflow_store, find_run(client_for(config), config))[3]
