@@ -211,26 +211,33 @@ def render_search_summary(summary: Any, console: Console) -> None:
     """The re-trained candidates, the winner and what the search wrote."""
     if summary.candidates:
         seeds = list(summary.candidates[0].seed_returns)
-        table = Table(title="the best trials, re-trained on fresh seeds", header_style="bold")
-        table.add_column("trial")
-        table.add_column("values")
-        table.add_column("search", justify="right")
-        for seed in seeds:
-            table.add_column(f"seed {seed}", justify="right")
-        table.add_column("median", justify="right")
-        table.add_column("IQM", justify="right")
+        table = Table(
+            title=f"the best trials, re-trained on seeds {', '.join(map(str, seeds))}",
+            header_style="bold",
+        )
+        for column in ("trial", "search", "median", "IQM", "worst"):
+            table.add_column(column, justify="left" if column == "trial" else "right")
+        table.add_column("each seed's final evaluation")
         for candidate in summary.candidates:
-            values = ", ".join(f"{key}={value!r}" for key, value in candidate.values.items())
+            returns = [candidate.seed_returns[seed] for seed in seeds]
             table.add_row(
                 escape(candidate.trial),
-                escape(values),
                 f"{candidate.search_objective:.1f}",
-                *(f"{candidate.seed_returns[seed]:.1f}" for seed in seeds),
                 f"{candidate.median:.1f}",
                 f"{candidate.iqm:.1f}",
+                f"{min(returns):.1f}",
+                " / ".join(f"{value:.0f}" for value in returns),
             )
         console.print(table)
+        for candidate in summary.candidates:  # below the table: it stays narrow
+            values = ", ".join(f"{key}={_short(value)}" for key, value in candidate.values.items())
+            console.print(escape(f"{candidate.trial}: {values}"), highlight=False)
     console.print(
         escape(f"winner: drl train {summary.winner_yaml}"), style="bold green", highlight=False
     )
     console.print(escape(f"every trial: {summary.results_csv}"), highlight=False)
+
+
+def _short(value: Any) -> str:
+    """A searched value as the table shows it: floats to 4 significant digits."""
+    return f"{value:.4g}" if isinstance(value, float) else repr(value)

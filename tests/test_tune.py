@@ -438,3 +438,31 @@ def test_a_pbt_exploit_step_continues_from_the_other_trials_weights(tmp_path):
                 assert row[column] == alone_row[column], (row["round"], column)
     after = [row for row in rows if int(row["env_steps"]) > env_steps]
     assert after and all(float(row["learning_rate"]) == new_rate for row in after)
+
+
+def test_the_summary_shows_each_candidates_seeds_median_iqm_and_worst_in_80_columns():
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from drlcli.report import render_search_summary
+    from drlcli.tune.runner import Candidate, SearchSummary
+
+    returns = {1000: 2964.7, 1001: 2733.6, 1002: 3205.6, 1003: 3349.7, 1004: 3608.0}
+    candidate = Candidate("trial_006", {"gae_lambda": 0.824370058859538}, 3315.2, returns)
+    console = Console(width=80, record=True)
+    summary = SearchSummary(
+        Path("s"), Path("s/results.csv"), Path("s/winner.yaml"), {}, [candidate]
+    )
+    render_search_summary(summary, console)
+    text = console.export_text()
+    assert "re-trained on seeds 1000, 1001, 1002, 1003, 1004" in text
+    row = next(line for line in text.splitlines() if "trial_006 " in line and "│" in line)
+    assert [cell.strip() for cell in row.split("│")[1:6]] == [
+        "trial_006",
+        "3315.2",
+        "3205.6",
+        f"{candidate.iqm:.1f}",
+        "2733.6",
+    ]
+    assert "trial_006: gae_lambda=0.8244" in text and "winner: drl train s/winner.yaml" in text
