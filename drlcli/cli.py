@@ -188,6 +188,15 @@ def train(
             "pip install 'drlcli\\[tensorboard]').",
         ),
     ] = None,
+    wandb: Annotated[
+        str | None,
+        typer.Option(
+            "--wandb",
+            metavar="PROJECT",
+            help="Also log a Weights & Biases run to PROJECT (logging.wandb; WANDB_MODE=offline "
+            "writes it locally; pip install 'drlcli\\[wandb]').",
+        ),
+    ] = None,
     mlflow: Annotated[
         str | None,
         typer.Option(
@@ -203,12 +212,16 @@ def train(
     def body() -> None:
         import dataclasses
 
-        from drlcli.config import MlflowConfig, load_config
+        from drlcli.config import MlflowConfig, WandbConfig, load_config
         from drlcli.report import render_dry_run
 
         config = load_config(_config_or_preset(config_path))
         if tensorboard is not None:
             logging = dataclasses.replace(config.logging, tensorboard=str(tensorboard))
+            config = dataclasses.replace(config, logging=logging)
+        if wandb is not None:
+            settings = dataclasses.replace(config.logging.wandb or WandbConfig(), project=wandb)
+            logging = dataclasses.replace(config.logging, wandb=settings)
             config = dataclasses.replace(config, logging=logging)
         if mlflow is not None:
             settings = dataclasses.replace(
@@ -395,6 +408,7 @@ def play(
             stderr.print(
                 escape(f"wrote {video} ({frames} frames, {width}x{height})"), highlight=False
             )
+            _add_to_run(checkpoint, video, "wandb")
         elif render:
             results = play_in_window(policy, episodes, seed, deterministic, camera)
         else:
@@ -436,36 +450,46 @@ def export(
             allow_env_modules=allow_env_module or (),
         )
         render_export(summary, stdout)
-        _log_export_to_mlflow(checkpoint, output)
+        _add_to_run(checkpoint, output, "mlflow")
 
     _run(body)
 
 
-def _log_export_to_mlflow(checkpoint: Path, onnx_path: Path) -> None:
-    """When the checkpoint's run logged to MLflow (logging.mlflow), add the ONNX file to that
-    run; a failure is a one-line warning (the file is written)."""
+def _checkpoint_config(checkpoint: Path) -> Any:
+    """The config a checkpoint stores, or None (an older or foreign one)."""
     from drlcli.checkpoint import load_payload
     from drlcli.config import config_from_dict
 
     try:
-        config = config_from_dict(load_payload(checkpoint)["config"])
-    except Exception:  # an older or foreign config: nothing to log into
-        return
-    if config.logging.mlflow is None or importlib.util.find_spec("mlflow") is None:
-        return
-    from drlcli.sinks.mlflow_sink import log_export
+        return config_from_dict(load_payload(checkpoint)["config"])
+    except Exception:
+        return None
 
+
+def _add_to_run(checkpoint: Path, output: Path, sink: str) -> None:
+    """Add a file made from a checkpoint (``drl export``'s ONNX: MLflow; ``drl play
+    --video``'s video: W&B) to the run that wrote it, when its config logs to ``sink`` and the
+    package is here; a failure is a one-line warning (the file is written)."""
+    config = _checkpoint_config(checkpoint)
+    if config is None or getattr(config.logging, sink) is None:
+        return
+    if importlib.util.find_spec(sink) is None:
+        return
     try:
-        run_id = log_export(config, onnx_path)
+        if sink == "mlflow":
+            from drlcli.sinks.mlflow_sink import log_export as add
+        else:
+            from drlcli.sinks.wandb_sink import log_video as add
+        run_id = add(config, output)
     except Exception as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         stderr.print(
-            escape(f"warning: the ONNX file is written; MLflow did not take it ({first})"),
+            escape(f"warning: {output} is written; {sink} did not take it ({first})"),
             style="yellow",
         )
         return
     if run_id is not None:
-        stdout.print(escape(f"MLflow run {run_id}: onnx/{onnx_path.name}"), highlight=False)
+        stdout.print(escape(f"{sink} run {run_id}: {output.name}"), highlight=False)
 
 
 @app.command(epilog=_examples("verify"))

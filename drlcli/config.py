@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from drlcli.algos.registry import ALGORITHMS, DEFAULT_ALGORITHM, get_algorithm
-from drlcli.config_fields import check_plain_data, describe_value, in_range, positive
+from drlcli.config_fields import check_plain_data, describe_value, in_range, one_of, positive
 from drlcli.errors import ConfigError
 
 # --- schema ------------------------------------------------------------------------------------
@@ -111,6 +111,21 @@ class MlflowConfig:
 
 
 @dataclass(frozen=True)
+class WandbConfig:
+    """A Weights & Biases run per drl run (``logging.wandb``)."""
+
+    project: str = "drl"
+    """The W&B project."""
+    entity: str | None = None
+    """The W&B team or user; null: the account's default."""
+    mode: str | None = field(default=None, metadata=one_of("online", "offline"))
+    """online: to the W&B server (``wandb login`` first); offline: run files only, no network
+    nor account (``wandb sync`` uploads them later); null: ``$WANDB_MODE``, else online."""
+    dir: str | None = None
+    """Where W&B keeps its run files (``<dir>/wandb/``); null: ``output_dir``."""
+
+
+@dataclass(frozen=True)
 class LoggingConfig:
     """Where a run's metrics go besides its metrics CSV (the record of truth); each is off by
     default and is an optional extra (``pip install 'drlcli[tensorboard]'``)."""
@@ -118,6 +133,9 @@ class LoggingConfig:
     tensorboard: str | None = None
     """A folder of TensorBoard runs: this run's event files go to ``<folder>/<name>``; null:
     off."""
+    wandb: WandbConfig | None = None
+    """A W&B run: the config, every metric by env step, the final evaluation in its summary,
+    and the videos ``drl play --video`` records from its checkpoints; null: off."""
     mlflow: MlflowConfig | None = None
     """An MLflow run: params from the config, metrics by env step, the checkpoints as artifacts
     (and the ONNX files ``drl export`` writes from them); null: off."""
@@ -136,7 +154,7 @@ class Config:
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     """Periodic and final deterministic evaluation."""
     logging: LoggingConfig = field(default_factory=LoggingConfig)
-    """Metrics sinks beside the CSV (TensorBoard, MLflow)."""
+    """Metrics sinks beside the CSV (TensorBoard, Weights & Biases, MLflow)."""
     num_actors: int = field(default=1, metadata=positive())
     """Rollout actors requested in total."""
     num_gpus: int = field(default=1, metadata=positive())

@@ -26,6 +26,7 @@ OPTIONAL_PACKAGES = (
         "tensorboard",
         "logging.tensorboard, drl train --tensorboard",
     ),
+    ("wandb", ("wandb",), "wandb", "logging.wandb, drl train --wandb"),
     ("mlflow", ("mlflow", "mlflow-skinny"), "mlflow", "logging.mlflow, drl train --mlflow"),
 )
 

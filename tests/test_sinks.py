@@ -1,10 +1,11 @@
 """Metrics sinks beside the CSV (the logging config section): TensorBoard event files read
-back with TensorBoard's own reader, MLflow runs read back from a SQLite store, a missing extra,
-and sinks that fail."""
+back with TensorBoard's own reader, W&B offline run files read back record by record, MLflow
+runs read back from a SQLite store, a missing extra, and sinks that fail."""
 
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -24,6 +25,65 @@ runner = CliRunner(env={"COLUMNS": "200"})
 def mlflow_store(tmp_path_factory):
     """One SQLite store for the session's MLflow tests (creating its tables takes seconds)."""
     return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+
+
+def wandb_records(run_folder):
+    """The records of an offline W&B run's ``.wandb`` file (a LevelDB-style log of protobuf
+    records after a 7-byte header, in 32 KiB blocks): [(kind, record)]."""
+    from wandb.proto import wandb_internal_pb2
+
+    (path,) = run_folder.glob("run-*.wandb")
+    data, block = path.read_bytes(), 32768
+    assert data[:4] == b":W&B"
+    records, position, pending = [], 7, b""
+    while position + 7 <= len(data):
+        if block - position % block < 7:  # a block's tail too short for a header: padding
+            position += block - position % block
+            continue
+        length, part = (
+            int.from_bytes(data[position + 4 : position + 6], "little"),
+            data[position + 6],
+        )
+        chunk = data[position + 7 : position + 7 + length]
+        position += 7 + length
+        if part in (2, 3):  # first and middle pieces of a record split over blocks
+            pending += chunk
+            continue
+        if part not in (1, 4):
+            continue
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(pending + chunk)
+        pending = b""
+        records.append((record.WhichOneof("record_type"), record))
+    return records
+
+
+def wandb_run(output_dir):
+    """(config, {metric: [(step, value)]}, summary, run ids) of the offline runs under a
+    folder, all runs' records together in time order."""
+    import json
+
+    def values(items):
+        return {
+            item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in items
+        }
+
+    config, history, summary, ids = {}, {}, {}, []
+    for folder in sorted((output_dir / "wandb").glob("offline-run-*")):
+        for kind, record in wandb_records(folder):
+            if kind == "run":
+                ids.append(record.run.run_id)
+                config.update(values(record.run.config.update))
+            elif kind == "config":
+                config.update(values(record.config.update))
+            elif kind == "history":
+                row = values(record.history.item)
+                for key, value in row.items():
+                    if not key.startswith("_"):
+                        history.setdefault(key, []).append((row["_step"], value))
+            elif kind == "summary":
+                summary.update(values(record.summary.update))
+    return config, history, summary, ids
 
 
 def mlflow_run(store, run_id):
@@ -79,6 +139,40 @@ def test_tensorboard_gets_every_numeric_column_against_env_steps(tmp_path):
     assert scalars["final/eval_return_mean"] == [(512, 40.0)]
     assert "env_steps" not in scalars  # the x axis
     assert "id: InvertedPendulum-v5" in texts["config/text_summary"]
+
+
+def test_wandb_offline_gets_the_config_metrics_by_env_step_and_a_resumed_run(tmp_path):
+    from drlcli.sinks.wandb_sink import WandbSink
+
+    config = config_from_dict(
+        {
+            "env": {"id": "InvertedPendulum-v5"},
+            "output_dir": str(tmp_path),
+            "logging": {"wandb": {"project": "unit", "mode": "offline"}},
+        },
+        default_name="pendulum",
+    )
+    sink = WandbSink(config)
+    sink.write({"round": 1, "env_steps": 256, "episode_return_mean": None, "Loss/value": 0.5})
+    sink.write({"round": 2, "env_steps": 512, "episode_return_mean": 12.0, "Loss/value": 0.25})
+    sink.final_evaluation(
+        EvaluationResult(returns=(30.0, 50.0), lengths=(30, 50), env_steps=512), 512
+    )
+    sink.close()
+    resumed = WandbSink(config, resumed=True)  # the same W&B run goes on
+    resumed.write({"round": 3, "env_steps": 768, "episode_return_mean": 20.0, "Loss/value": 0.1})
+    resumed.close()
+    stored, history, summary, ids = wandb_run(tmp_path)
+    assert stored["env"]["id"] == "InvertedPendulum-v5" and stored["name"] == "pendulum"
+    assert history["round"] == [(256, 1), (512, 2), (768, 3)]
+    assert history["episode_return_mean"] == [(512, 12.0), (768, 20.0)]
+    assert history["Loss/value"] == [(256, 0.5), (512, 0.25), (768, 0.1)]
+    assert "env_steps" not in history
+    assert summary["final/eval_return_mean"] == 40.0
+    assert (
+        len(set(ids)) == 1
+        and ids[0] == (tmp_path / "metrics_pendulum.wandb-id").read_text().strip()
+    )
 
 
 def test_mlflow_gets_params_metrics_by_env_step_checkpoints_and_a_resumed_run(
@@ -212,7 +306,8 @@ def test_a_run_with_logging_sinks_writes_every_csv_column(tiny_config, tmp_path,
             "boarded",
             total=256,
             extra=f"logging: {{tensorboard: {boards}, mlflow: {{tracking_uri: '{mlflow_store}',"
-            " experiment: run}}\nevaluation: {episodes: 2}\n",
+            " experiment: run}, wandb: {project: run, mode: offline}}\n"
+            "evaluation: {episodes: 2}\n",
         )
     )
     summary = train(config, quiet=True, devices=AvailableDevices(cuda_devices=0, mps=False))
@@ -240,5 +335,31 @@ def test_a_run_with_logging_sinks_writes_every_csv_column(tiny_config, tmp_path,
     onnx = tmp_path / "boarded.onnx"
     exported = runner.invoke(app, ["export", str(config.checkpoint_path), str(onnx)])
     assert exported.exit_code == 0, exported.output
-    assert "MLflow run" in exported.output and "onnx/boarded.onnx" in exported.output
+    assert "mlflow run" in exported.output and "boarded.onnx" in exported.output
     assert "onnx/boarded.onnx" in mlflow_run(mlflow_store, find_run(client_for(config), config))[3]
+
+    _, history, summary, _ = wandb_run(Path(config.output_dir))
+    for column, points in scalars.items():
+        if not column.startswith("final/"):
+            assert [(step, pytest.approx(value)) for step, value in history[column]] == points
+    assert summary["final/eval_return_mean"] == pytest.approx(final.return_mean)
+    # drl play --video adds its video to the run of the checkpoint it plays.
+    video = tmp_path / "boarded.mp4"
+    played = runner.invoke(
+        app,
+        [
+            "play",
+            str(config.checkpoint_path),
+            "--video",
+            str(video),
+            "--episodes",
+            "1",
+            "--width",
+            "64",
+            "--height",
+            "64",
+        ],
+    )
+    assert played.exit_code == 0, played.output
+    assert "wandb run" in played.output, played.output
+    assert wandb_run(Path(config.output_dir))[1]["video/_type"] == [(256, "video-file")]

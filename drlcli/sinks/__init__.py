@@ -18,6 +18,7 @@ from drlcli.errors import UsageError
 # sink -> (the module it needs, the extra that installs it, the config key / CLI option)
 EXTRAS = {
     "tensorboard": ("tensorboard", "tensorboard", "--tensorboard DIR"),
+    "wandb": ("wandb", "wandb", "--wandb PROJECT"),
     "mlflow": ("mlflow", "mlflow", "--mlflow URI"),
 }
 
@@ -74,6 +75,12 @@ def _tensorboard(config: Config, resumed: bool) -> Any:
     return TensorBoardSink.for_run(config)  # a resumed run's event files join the earlier ones
 
 
+def _wandb(config: Config, resumed: bool) -> Any:
+    from drlcli.sinks.wandb_sink import WandbSink
+
+    return WandbSink(config, resumed)
+
+
 def _mlflow(config: Config, resumed: bool) -> Any:
     from drlcli.sinks.mlflow_sink import MlflowSink
 
@@ -82,5 +89,6 @@ def _mlflow(config: Config, resumed: bool) -> Any:
 
 _OPENERS: dict[str, Callable[[Config, bool], Any]] = {
     "tensorboard": _tensorboard,
+    "wandb": _wandb,
     "mlflow": _mlflow,
 }
