@@ -240,6 +240,25 @@ def test_run_details_hold_config_semantics_and_the_verify_audit(served, checkpoi
     assert details["audit"] == json.loads(audit_checkpoint(root / "model_fixture.pt").to_json())
 
 
+def test_a_runs_summary_is_its_checkpoints_config_and_progress_read_once(served, checkpoint_file):
+    root, get = served
+    write_run(root, "fixture", 2)
+    os.replace(checkpoint_file(), root / "model_fixture.pt")
+    write_run(root / "fresh", "fresh", 1)  # no checkpoint yet
+    runs = runs_by_name(get)
+    status, summary = get_json(get, f"/api/runs/{runs['fixture']['id']}/summary")
+    assert status == 200 and summary["checkpoint_error"] is None
+    assert summary["config"]["env"]["id"] == "InvertedPendulum-v5"
+    assert summary["best_return"] == 12.5 and summary["progress"]["env_steps"] >= 0
+    again = get_json(get, f"/api/runs/{runs['fixture']['id']}/summary")[1]
+    assert again == summary
+    (root / "model_fixture.pt").write_bytes(b"damaged")  # changed: read again
+    damaged = get_json(get, f"/api/runs/{runs['fixture']['id']}/summary")[1]
+    assert damaged["config"] is None and damaged["checkpoint_error"]
+    fresh = get_json(get, f"/api/runs/{runs['fresh']['id']}/summary")[1]
+    assert fresh["checkpoint_error"] == "no checkpoint beside the metrics CSV"
+
+
 def test_videos_are_served_with_byte_ranges(served):
     root, get = served
     write_run(root, "vid", 1)

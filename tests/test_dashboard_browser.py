@@ -1,12 +1,15 @@
 """The dashboard page in headless Chromium (Debian's chromium, driven by playwright-core from
-web/node_modules) over a real short training run: the return chart draws every row, a row
-appended to the CSV appears without a reload, a run's page shows its audit."""
+web/node_modules) over real short training runs: the return chart draws every row, a row
+appended to the CSV appears without a reload, a run's page shows its audit, a search's trials
+are one group, and runs are compared: evaluations on the return chart, the runs table with
+the config values that differ, every metric in a grid, a chart's CSV and PNG downloads."""
 
 from __future__ import annotations
 
 import json
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -115,6 +118,49 @@ def test_the_page_draws_a_real_run_follows_it_live_and_shows_its_audit(tiny_conf
         page.send(f"wait trial_002 {with_return + 1}", "SEEN ")
         listed = json.loads(page.send("text #runs", "TEXT "))
         assert "search search_x (2 trials)" in listed and "objective 12.5, finished" in listed
+
+        # A second real run, evaluated every round, at another learning rate: compared.
+        compared = load_config(
+            tiny_config(
+                "compared",
+                total=256,
+                extra="evaluation: {interval_env_steps: 128, episodes: 2}\n"
+                "algo_params: {num_epochs: 2, num_minibatches: 4, hidden_sizes: [16, 16],"
+                " learning_rate: 0.001}\n",
+            )
+        )
+        train(compared, quiet=True, devices=AvailableDevices(cuda_devices=0, mps=False))
+        evaluated = [row for row in read_metrics(compared.metrics_path) if row["eval_return_mean"]]
+        assert evaluated
+        # The evaluations are drawn with the returns, at the evaluated weights' env steps.
+        page.send(f"wait compared (evaluation) {len(evaluated)}", "SEEN ")
+        page.send("sort best evaluation", "SORTED")  # descending: the evaluated run first
+        deadline = time.monotonic() + 60  # the runs' checkpoint summaries come after their rows
+        while True:
+            table = json.loads(page.send("call table", "CALLED "))
+            if "algo_params.learning_rate" in table["columns"] or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        columns = table["columns"]
+        assert columns[:3] == ["run", "algo", "env"] and "algo_params.learning_rate" in columns
+        assert "evaluation.interval_env_steps" in columns and "name" not in columns
+        first = dict(zip(columns, table["rows"][0], strict=True))
+        best = max(float(row["eval_return_mean"]) for row in evaluated)
+        assert (first["run"], first["algo_params.learning_rate"]) == ("compared", 0.001)
+        assert first["best evaluation"] == pytest.approx(best)
+        assert first["env steps"] == 256 and first["env"] == "InvertedPendulum-v5"
+        live_row = next(row for row in table["rows"] if row[0] == "live")
+        assert dict(zip(columns, live_row, strict=True))["algo_params.learning_rate"] == 0.0003
+
+        page.send("set metric all", "SET")  # every numeric column, a grid of small charts
+        charts = json.loads(page.send("call charts", "CALLED "))
+        assert charts[0] == "episode return" and {"Loss/value", "sps"} <= set(charts)
+        csv_file, png_file = tmp_path / "returns.csv", tmp_path / "returns.png"
+        assert page.send(f"download 0 CSV {csv_file}", "DOWNLOADED ") == "episode_return.csv"
+        header = csv_file.read_text().splitlines()[0]
+        assert header.startswith("env steps,") and "compared (evaluation)" in header
+        assert page.send(f"download 0 PNG {png_file}", "DOWNLOADED ") == "episode_return.png"
+        assert png_file.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     finally:
         page.close()
         server.shutdown()

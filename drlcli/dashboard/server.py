@@ -96,6 +96,48 @@ def run_details(run: Run) -> dict[str, Any]:
     return details
 
 
+# checkpoint path -> ((mtime_ns, size), summary): a poll reads a checkpoint only once it changed
+_SUMMARIES: dict[Path, tuple[tuple[int, int], dict[str, Any]]] = {}
+
+
+def run_summary(run: Run) -> dict[str, Any]:
+    """What the runs table needs of a run's latest checkpoint: its config, progress and best
+    return (None each without a readable checkpoint); read again only when the file changed."""
+    from drlcli.checkpoint import Checkpoint, load_payload
+    from drlcli.errors import DrlError
+
+    empty = {"config": None, "progress": None, "best_return": None, "best_criterion": None}
+    path = run.checkpoint
+    if path is None:
+        return {**empty, "checkpoint_error": "no checkpoint beside the metrics CSV"}
+    try:
+        status = path.stat()
+    except OSError as error:
+        return {**empty, "checkpoint_error": str(error)}
+    key = (status.st_mtime_ns, status.st_size)
+    cached = _SUMMARIES.get(path)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    try:
+        checkpoint = Checkpoint.from_payload(load_payload(path), source=str(path))
+    except DrlError as error:
+        return {**empty, "checkpoint_error": " ".join(str(error).split())}
+    progress = checkpoint.progress
+    summary = {
+        "config": checkpoint.config,
+        "progress": {
+            "round": progress.round,
+            "env_steps": progress.env_steps,
+            "wall_time_s": progress.wall_time_s,
+        },
+        "best_return": progress.best_return,
+        "best_criterion": progress.best_criterion,
+        "checkpoint_error": None,
+    }
+    _SUMMARIES[path] = (key, summary)
+    return summary
+
+
 class DashboardHandler(BaseHTTPRequestHandler):
     """One request. The index is the server's (``self.server.index``)."""
 
@@ -148,6 +190,8 @@ class DashboardHandler(BaseHTTPRequestHandler):
                 self._rows(run, parse_qs(url.query))
             elif parts[3] == "details" and len(parts) == 4:
                 self._json(run_details(run))
+            elif parts[3] == "summary" and len(parts) == 4:
+                self._json(run_summary(run))
             elif parts[3] == "video" and len(parts) == 5:
                 self._video(run, parts[4])
             else:

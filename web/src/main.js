@@ -1,12 +1,18 @@
 // The drl dashboard page: runs from /api/runs, their CSV rows polled incrementally, uPlot charts.
 import uPlot from "uplot";
 import {
-  averagesAsSeeds, downsampleMinMax, emaSmooth, groupRuns, groupStats, groupTitle, plottableColumns,
+  averagesAsSeeds, differingKeys, downsampleMinMax, emaSmooth, flattenConfig, groupRuns, groupStats,
+  groupTitle, latestAndBest, plottableColumns, sortRows, toCsv,
 } from "./series.js";
 
 const POLL_MS = 1000;
 const RUN_LIST_MS = 5000;
 const MAX_POINTS = 2000;
+const SUMMARY_MS = 10000;  // a run's checkpoint summary (runs table) is fetched again after this
+const ALL_METRICS = "all";
+// Drawn with the returns, not in the metric grid.
+const RETURN_COLUMNS = new Set(["episode_return_mean", "episode_return_min", "episode_return_max",
+  "eval_return_mean", "eval_return_std", "eval_env_steps"]);
 const PALETTE = ["#2457c5", "#d9480f", "#2b8a3e", "#ae3ec9", "#e67700", "#0b7285", "#c2255c",
   "#5c940d", "#364fc7", "#862e9c", "#a61e4d", "#087f5b"];
 
@@ -19,6 +25,9 @@ const state = {
   polling: false,
   charts: [],
   drawn: {},                // run or group name -> return points drawn (tests read it)
+  summaries: new Map(),     // id -> {summary, fetched}: /api/runs/<id>/summary
+  sort: { column: "best evaluation", descending: true },
+  table: [],                // the runs table's rows as shown (tests read it)
 };
 const $ = (id) => document.getElementById(id);
 
@@ -68,11 +77,26 @@ async function pollSelected() {
   if (state.polling) return;
   state.polling = true;
   try {
-    await Promise.all(state.runs.filter((r) => state.selected.has(r.id)).map(pollRun));
+    const selected = state.runs.filter((r) => state.selected.has(r.id));
+    await Promise.all(selected.map(pollRun));
+    await Promise.all(selected.map(fetchSummary));
   } finally {
     state.polling = false;
   }
   if (state.dirty) render();
+}
+
+async function fetchSummary(run) {
+  const held = state.summaries.get(run.id);
+  if (held && Date.now() - held.fetched < SUMMARY_MS) return;
+  try {
+    const summary = await getJson(`/api/runs/${run.id}/summary`);
+    const changed = !held || JSON.stringify(held.summary) !== JSON.stringify(summary);
+    state.summaries.set(run.id, { summary, fetched: Date.now() });
+    if (changed) state.dirty = true;
+  } catch (error) {
+    state.summaries.set(run.id, { summary: { config: null, checkpoint_error: error.message }, fetched: Date.now() });
+  }
 }
 
 function column(run, name) {
@@ -144,22 +168,27 @@ function updateMetricChoices() {
   const select = $("metric");
   const columns = new Set();
   for (const held of state.data.values()) for (const c of plottableColumns(held.columns)) columns.add(c);
-  const wanted = [...columns].filter((c) => !c.startsWith("episode_return"));
+  const wanted = [ALL_METRICS, ...[...columns].filter((c) => !RETURN_COLUMNS.has(c))];
   const current = select.value;
   const existing = [...select.options].map((o) => o.value);
   if (wanted.join() === existing.join()) return;
   select.textContent = "";
   for (const name of wanted) {
     const option = document.createElement("option");
-    option.value = option.textContent = name;
+    option.value = name;
+    option.textContent = name === ALL_METRICS ? "all (a grid)" : name;
     select.append(option);
   }
-  select.value = wanted.includes(current) ? current : (wanted.includes("Loss/value") ? "Loss/value" : wanted[0] || "");
+  select.value = wanted.includes(current) ? current : (wanted.includes("Loss/value") ? "Loss/value" : ALL_METRICS);
 }
 
 // One line (and optionally a band) per run, or per seed group: [{label, color, xs, ys, lo, hi}].
-function lines(yName, loName, hiName) {
-  const xName = $("x-axis").value;
+// options.x: the x column when the x axis is env steps (evaluations: the evaluated weights' step);
+// options.suffix: after each label; options.dash: a dashed line.
+function lines(yName, loName, hiName, options = {}) {
+  const chosen = $("x-axis").value;
+  const xName = chosen === "env_steps" && options.x ? options.x : chosen;
+  const suffix = options.suffix || "";
   const weight = Number($("smoothing").value);
   const grouping = $("group-seeds").checked;
   const selected = state.runs.filter((r) => state.selected.has(r.id) && state.data.has(r.id));
@@ -170,21 +199,22 @@ function lines(yName, loName, hiName) {
     if (series.length === 0) continue;
     if (grouping && averagesAsSeeds(series.map((s) => s.run))) {
       const stats = groupStats(series.map((s) => ({ xs: s.xs, ys: emaSmooth(s.ys, weight) })));
-      result.push({ label: `${group} (${series.length} seeds)`, color: series[0].run.color,
-        xs: stats.xs, ys: stats.mean, lo: stats.min, hi: stats.max });
+      result.push({ label: `${group} (${series.length} seeds)${suffix}`, color: series[0].run.color,
+        xs: stats.xs, ys: stats.mean, lo: stats.min, hi: stats.max, dash: options.dash });
       continue;
     }
     for (const s of series) {
       const lo = loName ? column(s.run, loName) : null;
       const hi = hiName ? column(s.run, hiName) : null;
-      result.push({ label: s.run.name, color: s.run.color, xs: s.xs, ys: emaSmooth(s.ys, weight),
-        lo: lo ? emaSmooth(lo, weight) : null, hi: hi ? emaSmooth(hi, weight) : null });
+      result.push({ label: `${s.run.name}${suffix}`, color: s.run.color, xs: s.xs,
+        ys: emaSmooth(s.ys, weight), lo: lo ? emaSmooth(lo, weight) : null,
+        hi: hi ? emaSmooth(hi, weight) : null, dash: options.dash });
     }
   }
   return result;
 }
 
-function chart(target, title, drawn, log) {
+function chart(target, title, drawn, log, height = 300, small = false) {
   const xName = $("x-axis").value;
   const tables = [];
   const series = [{ label: xName === "env_steps" ? "env steps" : "wall time (s)" }];
@@ -198,7 +228,8 @@ function chart(target, title, drawn, log) {
     const aligned = cleaned.map((y) => ordered.map(([, i]) => y[i]));
     tables.push(downsampleMinMax(xs, aligned, MAX_POINTS));
     const base = series.length;
-    series.push({ label: line.label, stroke: line.color, width: 2, spanGaps: true });
+    series.push({ label: line.label, stroke: line.color, width: 2, spanGaps: true,
+      dash: line.dash ? [6, 4] : undefined, points: { show: line.xs.length < 60 } });
     if (line.lo && line.hi) {
       series.push({ label: `${line.label} min`, stroke: "transparent", spanGaps: true, bandEdge: true });
       series.push({ label: `${line.label} max`, stroke: "transparent", spanGaps: true, bandEdge: true });
@@ -209,11 +240,11 @@ function chart(target, title, drawn, log) {
   const width = Math.max(320, target.clientWidth || 800);
   target.textContent = "";
   const options = {
-    title, width, height: 300, series, bands,
+    title, width, height, series, bands,
     padding: [8, 36, 0, 8], // room for the last x label
     scales: { x: { time: false }, y: log ? { distr: 3 } : {} },
     axes: [{}, { size: 60 }],
-    legend: { live: true },
+    legend: { show: !small, live: true },
     cursor: { drag: { x: true, y: false } },
   };
   const plot = new uPlot(options, data, target);
@@ -224,18 +255,127 @@ function chart(target, title, drawn, log) {
   return plot;
 }
 
+// A chart with its name and its downloads (the drawn data as CSV, the chart as PNG) in box.
+// small: a grid cell (no legend: values of the lines under the cursor would crowd it).
+function chartBox(box, name, drawn, log, height, small = false) {
+  const head = document.createElement("div");
+  head.className = "chart-tools";
+  const title = document.createElement("span");
+  title.className = "chart-name";
+  title.textContent = name;
+  const target = document.createElement("div");
+  box.append(head, target);  // in the page first: the chart takes its width
+  const plot = chart(target, "", drawn, log, height, small);
+  const entry = { name, plot };
+  const csv = document.createElement("button");
+  csv.textContent = "CSV";
+  csv.title = "download the drawn data";
+  csv.addEventListener("click", () => download(`${fileName(name)}.csv`, new Blob([chartCsv(entry)], { type: "text/csv" })));
+  const png = document.createElement("button");
+  png.textContent = "PNG";
+  png.title = "download the chart";
+  png.addEventListener("click", () => plot.ctx.canvas.toBlob((blob) => download(`${fileName(name)}.png`, blob)));
+  head.append(title, csv, png);
+  state.charts.push(entry);
+  return plot;
+}
+
+function fileName(name) { return name.replace(/[^A-Za-z0-9_.-]+/g, "_"); }
+
+function download(name, blob) {
+  const link = document.createElement("a");
+  link.href = URL.createObjectURL(blob);
+  link.download = name;
+  link.click();
+  setTimeout(() => URL.revokeObjectURL(link.href), 1000);
+}
+
+// The data a chart draws (after smoothing and downsampling), x then each line: CSV text.
+function chartCsv(entry) {
+  const { data, series } = entry.plot;
+  return toCsv(series.map((s) => s.label), data.map((values) => Array.from(values)));
+}
+
 function render() {
   state.dirty = false;
-  for (const c of state.charts) c.destroy();
+  for (const c of state.charts) c.plot.destroy();
   state.charts = [];
   updateMetricChoices();
   const log = $("log-scale").checked;
   const returns = lines("episode_return_mean", "episode_return_min", "episode_return_max");
-  state.drawn = Object.fromEntries(returns.map((l) => [l.label, l.ys.filter((v) => v !== null).length]));
-  state.charts.push(chart($("return-chart"), "", returns, log));
+  const evaluations = lines("eval_return_mean", null, null,
+    { x: "eval_env_steps", suffix: " (evaluation)", dash: true });
+  const drawn = [...returns, ...evaluations];
+  state.drawn = Object.fromEntries(drawn.map((l) => [l.label, l.ys.filter((v) => v !== null).length]));
+  $("return-chart").textContent = "";
+  chartBox($("return-chart"), "episode return", drawn, log, 300);
   const metric = $("metric").value;
-  $("metric-title").textContent = metric || "metric";
-  if (metric) state.charts.push(chart($("metric-chart"), "", lines(metric, null, null), log));
+  const grid = $("metric-charts");
+  grid.textContent = "";
+  const names = metric === ALL_METRICS
+    ? [...$("metric").options].map((o) => o.value).filter((v) => v !== ALL_METRICS) : [metric];
+  $("metric-title").textContent = metric === ALL_METRICS ? `every metric (${names.length})` : metric || "metric";
+  grid.style.gridTemplateColumns = names.length > 1 ? "" : "1fr";
+  for (const name of names.filter(Boolean)) {
+    const cell = document.createElement("div");
+    grid.append(cell);
+    const small = names.length > 1;
+    chartBox(cell, name, lines(name, null, null), log, small ? 200 : 300, small);
+  }
+  renderTable();
+}
+
+// The runs table: one row per run shown, with the config values that differ between them.
+function renderTable() {
+  const runs = state.runs.filter((r) => state.selected.has(r.id) && state.data.has(r.id));
+  const configs = runs.map((r) => (state.summaries.get(r.id) || { summary: {} }).summary.config || null);
+  const keys = differingKeys(configs);
+  const flats = configs.map((c) => (c ? flattenConfig(c) : {}));
+  const rows = runs.map((run, i) => {
+    const config = configs[i] || {};
+    const evaluation = latestAndBest(column(run, "eval_return_mean"));
+    const steps = latestAndBest(column(run, "env_steps")).latest;
+    const wall = latestAndBest(column(run, "wall_time_s")).latest;
+    const row = {
+      run: run.name, algo: config.algo || "", env: (config.env && config.env.id) || "",
+      "latest evaluation": evaluation.latest, "best evaluation": evaluation.best,
+      "env steps": steps, "wall time (s)": wall === null ? null : Math.round(wall),
+    };
+    for (const key of keys) row[key] = key in flats[i] ? JSON.parse(flats[i][key]) : null;
+    return row;
+  });
+  const columns = ["run", "algo", "env", ...keys, "latest evaluation", "best evaluation", "env steps", "wall time (s)"];
+  const sorted = sortRows(rows, columns.includes(state.sort.column) ? state.sort.column : "run", state.sort.descending);
+  state.table = sorted.map((row) => columns.map((c) => row[c]));
+  const table = $("runs-table");
+  table.textContent = "";
+  const head = document.createElement("tr");
+  for (const name of columns) {
+    const th = document.createElement("th");
+    th.textContent = name;
+    if (name === state.sort.column) th.className = state.sort.descending ? "sorted" : "sorted ascending";
+    th.addEventListener("click", () => {
+      state.sort = { column: name, descending: state.sort.column === name ? !state.sort.descending : true };
+      renderTable();
+    });
+    head.append(th);
+  }
+  table.append(head);
+  for (const row of sorted) {
+    const tr = document.createElement("tr");
+    for (const name of columns) {
+      const td = document.createElement("td");
+      const value = row[name];
+      if (typeof value === "number") {
+        td.className = "number";
+        td.textContent = Number.isInteger(value) ? String(value) : value.toPrecision(4);
+      } else {
+        td.textContent = value === null || value === undefined ? "-" : typeof value === "string" ? value : JSON.stringify(value);
+      }
+      tr.append(td);
+    }
+    table.append(tr);
+  }
 }
 
 async function showRun(run) {
@@ -296,6 +436,10 @@ function bindControls() {
 window.drlDashboard = {
   returnPoints: () => ({ ...state.drawn }),
   runs: () => state.runs.map((r) => r.name),
+  charts: () => state.charts.map((c) => c.name),
+  chartCsv: (name) => chartCsv(state.charts.find((c) => c.name === name)),
+  chartPng: (name) => state.charts.find((c) => c.name === name).plot.ctx.canvas.toDataURL("image/png"),
+  table: () => ({ columns: [...$("runs-table").querySelectorAll("th")].map((th) => th.textContent), rows: state.table }),
 };
 
 async function main() {

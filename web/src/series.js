@@ -96,3 +96,63 @@ export function groupTitle(group, runs) {
 export function averagesAsSeeds(runs) {
   return runs.length > 1 && runs.every((run) => run.group_kind !== "trials");
 }
+
+/** A config as dotted keys -> JSON text of each leaf (lists are leaves). */
+export function flattenConfig(config, prefix = "") {
+  const flat = {};
+  if (config === null || typeof config !== "object" || Array.isArray(config)) {
+    flat[prefix] = JSON.stringify(config);
+    return flat;
+  }
+  const keys = Object.keys(config);
+  if (keys.length === 0 && prefix) flat[prefix] = "{}";
+  for (const key of keys) Object.assign(flat, flattenConfig(config[key], prefix ? `${prefix}.${key}` : key));
+  return flat;
+}
+
+// Keys that name where a run writes, not what it trains.
+const OWN_KEYS = new Set(["name", "output_dir", "metrics_path"]);
+
+/** The config keys whose values differ between the configs (a key one of them lacks differs),
+ * in first-seen order; missing configs (null) are left out. */
+export function differingKeys(configs) {
+  const flats = configs.filter((c) => c).map((c) => flattenConfig(c));
+  if (flats.length < 2) return [];
+  const keys = [];
+  for (const flat of flats) for (const key of Object.keys(flat)) if (!keys.includes(key)) keys.push(key);
+  return keys.filter((key) => !OWN_KEYS.has(key) && !key.startsWith("logging.")
+    && new Set(flats.map((flat) => (key in flat ? flat[key] : "\u0000missing"))).size > 1);
+}
+
+/** Rows sorted by one column: numbers as numbers, other values as text, empty ones last. */
+export function sortRows(rows, column, descending) {
+  const empty = (v) => v === null || v === undefined || v === "";
+  return rows.slice().sort((a, b) => {
+    const x = a[column];
+    const y = b[column];
+    if (empty(x) || empty(y)) return empty(x) - empty(y);
+    const order = typeof x === "number" && typeof y === "number" ? x - y : String(x).localeCompare(String(y));
+    return descending ? -order : order;
+  });
+}
+
+/** CSV text of columns of equal length under a header; cells with a comma, quote or newline
+ * are quoted; null is an empty cell. */
+export function toCsv(header, columns) {
+  const cell = (v) => {
+    if (v === null || v === undefined) return "";
+    const text = String(v);
+    return /[",\n]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
+  };
+  const lines = [header.map(cell).join(",")];
+  const length = columns.length ? columns[0].length : 0;
+  for (let i = 0; i < length; i += 1) lines.push(columns.map((c) => cell(c[i])).join(","));
+  return `${lines.join("\n")}\n`;
+}
+
+/** The last and the largest of the values that are numbers (null when none). */
+export function latestAndBest(values) {
+  const numbers = (values || []).filter((v) => v !== null && Number.isFinite(v));
+  if (!numbers.length) return { latest: null, best: null };
+  return { latest: numbers[numbers.length - 1], best: Math.max(...numbers) };
+}

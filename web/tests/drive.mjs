@@ -10,6 +10,10 @@
 //   click TEXT       click the element with that text (a run name opens its page)
 //   text SELECTOR    print "TEXT <json of its textContent>"
 //   shot PATH        screenshot
+//   call NAME ARGS   print "CALLED <json of window.drlDashboard[NAME](...ARGS)>" (ARGS: a JSON list)
+//   sort COLUMN      click the runs table's header COLUMN, print "SORTED"
+//   download N BUTTON PATH   click the Nth (from 0) button BUTTON (CSV, PNG), save what it
+//                    downloads to PATH, print "DOWNLOADED <suggested file name>"
 //   quit
 import { createInterface } from "node:readline";
 import { chromium } from "playwright-core";
@@ -72,6 +76,21 @@ for await (const line of commands) {
   } else if (command === "shot") {
     await page.screenshot({ path: args.join(" "), fullPage: true });
     console.log("SHOT");
+  } else if (command === "call") {
+    const [name, ...json] = args;
+    const result = await page.evaluate(([n, a]) => window.drlDashboard[n](...a), [name, JSON.parse(json.join(" ") || "[]")]);
+    console.log(`CALLED ${JSON.stringify(result)}`);
+  } else if (command === "sort") {
+    await page.locator("#runs-table th", { hasText: args.join(" ") }).first().click();
+    console.log("SORTED");
+  } else if (command === "download") {
+    const [index, button, ...path] = args;
+    const [file] = await Promise.all([
+      page.waitForEvent("download", { timeout: 30000 }),
+      page.getByRole("button", { name: button, exact: true }).nth(Number(index)).click(),
+    ]);
+    await file.saveAs(path.join(" "));
+    console.log(`DOWNLOADED ${file.suggestedFilename()}`);
   } else if (command === "quit") {
     break;
   }

@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import {
-  averagesAsSeeds, downsampleMinMax, emaSmooth, groupRuns, groupStats, groupTitle,
+  averagesAsSeeds, differingKeys, downsampleMinMax, emaSmooth, groupRuns, groupStats, groupTitle,
+  latestAndBest, sortRows, toCsv,
 } from "../src/series.js";
 
 test("debiased EMA: the first value is kept, then values are averaged", () => {
@@ -50,4 +51,20 @@ test("a search's trials are a group of trials, never averaged as seeds", () => {
   assert.equal(averagesAsSeeds(seeds), true);
   assert.equal(averagesAsSeeds(trials), false);
   assert.equal(averagesAsSeeds(seeds.slice(0, 1)), false);
+});
+
+test("the runs table: configs' differing keys, sorting, CSV, latest and best", () => {
+  const a = { name: "a", algo: "ppo", env: { id: "Hopper-v5", seed: 0 }, algo_params: { lr: 3e-4, sizes: [64, 64] } };
+  const b = { name: "b", algo: "ppo", env: { id: "Hopper-v5", seed: 1 }, algo_params: { lr: 1e-3, sizes: [64, 64] } };
+  const c = { name: "c", algo: "ppo", env: { id: "Hopper-v5", seed: 0 }, algo_params: { lr: 3e-4, sizes: [256, 256], extra: 1 } };
+  assert.deepEqual(differingKeys([a, b]), ["env.seed", "algo_params.lr"]);
+  assert.deepEqual(differingKeys([a, c]), ["algo_params.sizes", "algo_params.extra"]);
+  assert.deepEqual(differingKeys([a, null]), []);
+  const rows = [{ n: "x", v: 2 }, { n: "y", v: null }, { n: "z", v: 10 }];
+  assert.deepEqual(sortRows(rows, "v", false).map((r) => r.n), ["x", "z", "y"]);
+  assert.deepEqual(sortRows(rows, "v", true).map((r) => r.n), ["z", "x", "y"]);
+  assert.deepEqual(sortRows(rows, "n", true).map((r) => r.n), ["z", "y", "x"]);
+  assert.equal(toCsv(["x", "a,b"], [[1, 2], [null, 'say "hi"']]), 'x,"a,b"\n1,\n2,"say ""hi"""\n');
+  assert.deepEqual(latestAndBest([null, 3, 9, 4, null]), { latest: 4, best: 9 });
+  assert.deepEqual(latestAndBest([null]), { latest: null, best: null });
 });
