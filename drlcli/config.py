@@ -130,9 +130,16 @@ class LoggingConfig:
     """Where a run's metrics go besides its metrics CSV (the record of truth); each is off by
     default and is an optional extra (``pip install 'drlcli[tensorboard]'``)."""
 
+    def display_name(self, config_name: str) -> str:
+        """The run's name in the sinks: ``run_name``, else the config's name."""
+        return self.run_name or config_name
+
+    run_name: str | None = None
+    """How the sinks name the run (its TensorBoard folder, its W&B and MLflow run name); null:
+    the config's ``name``. drl tune's trials: ``<search>/<trial>``."""
     tensorboard: str | None = None
-    """A folder of TensorBoard runs: this run's event files go to ``<folder>/<name>``; null:
-    off."""
+    """A folder of TensorBoard runs: this run's event files go to ``<folder>/<run name>``;
+    null: off."""
     wandb: WandbConfig | None = None
     """A W&B run: the config, every metric by env step, the final evaluation in its summary,
     and the videos ``drl play --video`` records from its checkpoints; null: off."""

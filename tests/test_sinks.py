@@ -139,6 +139,11 @@ def test_tensorboard_gets_every_numeric_column_against_env_steps(tmp_path):
     assert scalars["final/eval_return_mean"] == [(512, 40.0)]
     assert "env_steps" not in scalars  # the x axis
     assert "id: InvertedPendulum-v5" in texts["config/text_summary"]
+    named = config_from_dict(
+        {"logging": {"tensorboard": str(tmp_path), "run_name": "search_x/trial_003"}}
+    )
+    TensorBoardSink.for_run(named).close()  # the sinks' name for the run: its folder here
+    assert (tmp_path / "search_x" / "trial_003").is_dir()
 
 
 def test_wandb_offline_gets_the_config_metrics_by_env_step_and_a_resumed_run(tmp_path):

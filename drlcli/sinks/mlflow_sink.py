@@ -96,7 +96,8 @@ class MlflowSink:
                 else self.client.create_experiment(config.logging.mlflow.experiment)
             )
             tags = {RUN_TAG: str(Path(config.metrics_path).resolve())}
-            run_id = self.client.create_run(experiment_id, run_name=config.name, tags=tags)
+            name = config.logging.display_name(config.name)
+            run_id = self.client.create_run(experiment_id, run_name=name, tags=tags)
             run_id = run_id.info.run_id
             params = [Param(key, value) for key, value in flat_params(config).items()]
             for start in range(0, len(params), 100):  # MLflow's batch limit on params

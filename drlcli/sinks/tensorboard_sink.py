@@ -36,8 +36,9 @@ class TensorBoardSink:
 
     @classmethod
     def for_run(cls, config: Config) -> TensorBoardSink:
-        """``<logging.tensorboard>/<name>``."""
-        return cls(Path(config.logging.tensorboard) / config.name, config)
+        """``<logging.tensorboard>/<run name>``."""
+        name = config.logging.display_name(config.name)
+        return cls(Path(config.logging.tensorboard) / name, config)
 
     def write(self, row: Mapping[str, Any]) -> None:
         step = int(row[STEP_COLUMN])

@@ -30,7 +30,7 @@ def _start(config: Config, run_id: str, resume: bool) -> Any:
     return wandb.init(
         project=settings.project,
         entity=settings.entity,
-        name=config.name,
+        name=config.logging.display_name(config.name),
         id=run_id,
         resume="allow" if resume else None,
         mode=settings.mode,

@@ -62,10 +62,9 @@ class TrialPlan:
         )
         raw.setdefault("env", {})["seed"] = seed
         raw.setdefault("evaluation", {})["interval_env_steps"] = self.evaluation_interval
-        logging = raw.get("logging") or {}
-        if logging.get("tensorboard"):  # each trial its own run: <dir>/<search>/<trial>/trial
-            where = Path(logging["tensorboard"]) / folder.parent.parent.name / folder.name
-            raw["logging"] = {**logging, "tensorboard": str(where)}
+        # In TensorBoard, W&B and MLflow: <search>/<trial>, not every trial's config name.
+        run_name = f"{folder.parent.parent.name}/{folder.name}"
+        raw["logging"] = {**(raw.get("logging") or {}), "run_name": run_name}
         return config_from_dict(raw)
 
 
