@@ -146,8 +146,9 @@ def test_a_trial_reserves_its_processes_cpus_and_trains_on_its_own_budget(tmp_pa
     trial = plan.trial_config({"gamma": 0.9}, tmp_path, seed=7)
     assert (trial.gamma, trial.env.seed, trial.total_env_steps) == (0.9, 7, 5000)
     assert trial.output_dir == str(tmp_path) and trial.evaluation.interval_env_steps == 500
-    # The sinks name it <search>/<trial> (its folder is <search>/trials/<trial>).
-    assert trial.logging.run_name == f"{tmp_path.parent.name}/{tmp_path.name}"
+    # The sinks name a trial <search>/<trial> (its folder is <search>/trials/<trial>).
+    named = plan.trial_config({}, tmp_path / "search_x" / "trials" / "trial_004", seed=7)
+    assert named.logging.run_name == "search_x/trial_004"
 
 
 def test_dry_run_prints_the_plan_and_starts_nothing(files, tmp_path):
