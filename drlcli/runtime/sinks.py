@@ -76,9 +76,14 @@ class MetricsSinks:
 
     def _drop(self, sink: MetricsSink, what: str, error: Exception) -> None:
         self.optional.remove(sink)
-        detail = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        self.warn(
-            f"warning: metrics sink {sink_name(sink)} {what} ({type(error).__name__}"
-            f"{': ' + detail if detail else ''}); training goes on without it, the metrics CSV "
-            "has every row"
-        )
+        self.warn(sink_warning(sink_name(sink), what, error))
+
+
+def sink_warning(name: str, what: str, error: BaseException) -> str:
+    """The one line that says an optional sink is left out, and why (the error's first line)."""
+    detail = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return (
+        f"warning: metrics sink {name} {what} ({type(error).__name__}"
+        f"{': ' + detail if detail else ''}); training goes on without it, the metrics CSV "
+        "has every row"
+    )

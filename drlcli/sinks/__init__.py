@@ -14,6 +14,7 @@ from typing import Any
 
 from drlcli.config import Config
 from drlcli.errors import UsageError
+from drlcli.runtime.sinks import sink_warning
 
 # sink -> (the module it needs, the extra that installs it, the config key / CLI option)
 EXTRAS = {
@@ -60,12 +61,7 @@ def open_sinks(config: Config, warn: Callable[[str], None], resumed: bool = Fals
         try:
             opened.append(_OPENERS[sink](config, resumed))
         except Exception as error:  # an optional sink never stops the run
-            detail = str(error).strip().splitlines()[0] if str(error).strip() else ""
-            warn(
-                f"warning: metrics sink {sink} failed to open ({type(error).__name__}"
-                f"{': ' + detail if detail else ''}); training goes on without it, the metrics "
-                "CSV has every row"
-            )
+            warn(sink_warning(sink, "failed to open", error))
     return opened
 
 
