@@ -2,8 +2,8 @@
 
     python scripts/bench/sinks.py configs/hopper_ppo.yaml --steps 100000 --repeats 3
 
-Each repeat trains the config three times in turn (no sink, TensorBoard, MLflow into a SQLite
-store in a temporary folder), with periodic evaluation off so that the runs differ only by their
+Each repeat trains the config four times in turn (no sink, TensorBoard, W&B offline, MLflow
+into a SQLite store; all in a temporary folder), with periodic evaluation off so that the runs differ only by their
 sinks. Throughput is env steps per second between the first and the last metrics row, from the
 rows' wall_time_s: the whole run loop (rounds, checkpoints, every sink's write), without Ray's
 start and the first round's warm-up. Prints each run, then the median of each and its ratio to
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from drlcli.config import EvaluationConfig, LoggingConfig, MlflowConfig, load_config
+from drlcli.config import EvaluationConfig, LoggingConfig, MlflowConfig, WandbConfig, load_config
 from drlcli.metrics import read_metrics
 from drlcli.runtime.training import train
 
@@ -44,6 +44,7 @@ def main() -> None:
     variants = {
         "none": LoggingConfig(),
         "tensorboard": LoggingConfig(tensorboard=str(folder / "tensorboard")),
+        "wandb": LoggingConfig(wandb=WandbConfig(mode="offline", dir=str(folder))),
         "mlflow": LoggingConfig(
             mlflow=MlflowConfig(tracking_uri=f"sqlite:///{folder / 'mlflow.db'}")
         ),
