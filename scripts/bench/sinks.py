@@ -3,11 +3,11 @@
     python scripts/bench/sinks.py configs/hopper_ppo.yaml --steps 100000 --repeats 3
 
 Each repeat trains the config four times in turn (no sink, TensorBoard, W&B offline, MLflow
-into a SQLite store; all in a temporary folder), with periodic evaluation off so that the runs differ only by their
-sinks. Throughput is env steps per second between the first and the last metrics row, from the
-rows' wall_time_s: the whole run loop (rounds, checkpoints, every sink's write), without Ray's
-start and the first round's warm-up. Prints each run, then the median of each and its ratio to
-the median without sinks.
+into a SQLite store; all in a temporary folder), with periodic evaluation off so that the runs
+differ only by their sinks. Throughput is env steps per second between the first and the last
+metrics row, from the rows' wall_time_s: the whole run loop (rounds, checkpoints, every sink's
+write), without Ray's start and the first round's warm-up. Prints each run, then the median
+of each and its ratio to the median without sinks.
 """
 
 from __future__ import annotations
