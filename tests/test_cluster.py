@@ -264,7 +264,7 @@ def test_a_node_without_the_code_or_the_file_stops_the_run_before_it_starts(
 
 def test_drl_tune_spreads_a_search_over_the_two_node_cluster(cluster, tmp_path):
     """Two trials of two CPUs each, on two nodes of two CPUs: one trial on each node, side by
-    side; every trial's result and folder in the search's (shared) output folder."""
+    side, under ASHA; every trial's result and folder in the search's (shared) output folder."""
     address, _ = cluster
     config = tmp_path / "tuned.yaml"
     config.write_text(
@@ -275,7 +275,7 @@ def test_drl_tune_spreads_a_search_over_the_two_node_cluster(cluster, tmp_path):
     space = tmp_path / "space.yaml"
     space.write_text(
         "space: {algo_params.learning_rate: {loguniform: [1.0e-4, 1.0e-3]}}\n"
-        "search: {trials: 2, searcher: random, scheduler: none, evaluations_per_trial: 2,\n"
+        "search: {trials: 2, searcher: random, evaluations_per_trial: 2, grace_evaluations: 1,\n"
         "         cpus_per_trial: 2, retrain_top: 0}\n"
     )
     output = tmp_path / "search"
@@ -290,12 +290,12 @@ def test_drl_tune_spreads_a_search_over_the_two_node_cluster(cluster, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     with open(output / "results.csv") as handle:
         results = list(csv.DictReader(handle))
-    assert sorted((row["trial"], row["state"]) for row in results) == [
-        ("trial_001", "finished"),
-        ("trial_002", "finished"),
-    ]
+    # ASHA (the default scheduler) may stop the worse trial at its first evaluation.
+    assert sorted(row["trial"] for row in results) == ["trial_001", "trial_002"]
+    assert {row["state"] for row in results} <= {"finished", "stopped early"}
     for row in results:
-        assert len(read_metrics(output / "trials" / row["trial"] / "metrics_trial.csv")) == 2
+        rows = read_metrics(output / "trials" / row["trial"] / "metrics_trial.csv")
+        assert int(rows[-1]["env_steps"]) == int(row["env_steps"]) or row["state"] != "finished"
     assert len(rollout_actor_nodes(address, "MuJoCoActor")) == 2
 
 

@@ -215,42 +215,6 @@ def test_pbt_refuses_a_key_whose_values_a_resume_cannot_take(files, tmp_path):
 
 
 @pytest.mark.usefixtures("ray_cluster")
-def test_a_small_search_writes_every_trial_and_a_winner_that_trains(files, tmp_path):
-    """Two trials on two CPUs (one each), ASHA, the best re-trained on seed 10."""
-    from drlcli.tune.runner import prepare_search, run_search
-
-    config, space = files
-    plan = prepare_search(config, space)
-    summary = run_search(plan, tmp_path / "search", quiet=True)
-    with open(summary.results_csv) as handle:
-        rows = list(csv.DictReader(handle))
-    assert sorted(row["trial"] for row in rows) == ["trial_001", "trial_002"]
-    assert {row["state"] for row in rows} <= {"finished", "stopped early"}
-    objectives = [float(row["objective"]) for row in rows]
-    assert objectives == sorted(objectives, reverse=True)
-    for row in rows:  # each trial is a drl run in its own folder
-        trial_config = load_config(f"{row['folder']}/config.yaml")
-        assert trial_config.algo_params.learning_rate == pytest.approx(
-            float(row["algo_params.learning_rate"])
-        )
-        assert (tmp_path / "search" / "trials" / row["trial"] / "model_trial.pt").exists()
-    # The dashboard shows the trials as one group (search.yaml marks the folder).
-    from drlcli.dashboard.runs import find_runs
-
-    found = {(run.group, run.name, run.group_kind) for run in find_runs([tmp_path / "search"])}
-    assert {("search search", trial, "trials") for trial in ("trial_001", "trial_002")} <= found
-    assert [candidate.trial for candidate in summary.candidates] != []
-    assert all(list(c.seed_returns) == [10] for c in summary.candidates)
-    assert summary.candidates[0].median >= summary.candidates[-1].median
-    winner = load_config(summary.winner_yaml)
-    assert winner.name == "tiny_tuned" and winner.total_env_steps == 256
-    assert winner.algo_params.learning_rate == summary.winner_values["algo_params.learning_rate"]
-    assert (
-        list(winner.algo_params.hidden_sizes) == summary.winner_values["algo_params.hidden_sizes"]
-    )
-
-
-@pytest.mark.usefixtures("ray_cluster")
 def test_a_run_inside_a_trials_placement_group_places_every_process_in_it():
     """What a trial's drl train asks of Ray: each process in the trial's placement group, the
     CPU share fitted to its bundles, one torch thread per learner of a one-CPU trial."""
@@ -385,16 +349,21 @@ algo_params: {num_epochs: 1, num_minibatches: 2, hidden_sizes: [8], anneal_learn
 PBT_SPACE = """
 space: {algo_params.learning_rate: {choice: [1.0e-4, 1.0e-3, 1.0e-2]}}
 search: {trials: 2, scheduler: pbt, synchronous: true, quantile_fraction: 0.5,
-         evaluations_per_trial: 4, perturbation_evaluations: 3, retrain_top: 0, seed: 1}
+         evaluations_per_trial: 4, perturbation_evaluations: 3, retrain_top: 1,
+         retrain_seeds: [10], seed: 1}
 """
 
 
 @pytest.mark.usefixtures("ray_cluster")
-def test_a_pbt_exploit_step_continues_from_the_other_trials_weights(tmp_path):
+def test_a_pbt_search_exploits_the_other_trials_weights_and_writes_a_winner_that_trains(
+    tmp_path,
+):
     """Two trials, perturbed together once (at 384 of 512 env steps): the worse one goes on
     from the better one's checkpoint with another learning rate. Its weights there are those
     of the better trial's values trained alone to that step, its metrics rows up to there are
-    that trial's, and its rows after it train with the new learning rate."""
+    that trial's, and its rows after it train with the new learning rate. The search's results
+    (every trial, a drl run in its folder), its re-training of the best on seed 10 and its
+    winner config, and the dashboard's group of its trials."""
     import json
 
     from drlcli.checkpoint import read_checkpoint
@@ -412,6 +381,25 @@ def test_a_pbt_exploit_step_continues_from_the_other_trials_weights(tmp_path):
     summary = run_search(plan, tmp_path / "search", quiet=True)
     with open(summary.results_csv) as handle:
         results = {row["trial"]: row for row in csv.DictReader(handle)}
+    assert sorted(results) == ["trial_001", "trial_002"]
+    assert {row["state"] for row in results.values()} == {"finished"}
+    objectives = [float(row["objective"]) for row in results.values()]  # the file's order
+    assert objectives == sorted(objectives, reverse=True)
+    for trial, row in results.items():  # each trial is a drl run in its own folder
+        trial_config = load_config(f"{row['folder']}/config.yaml")  # its last values
+        assert trial_config.algo_params.learning_rate == float(row["algo_params.learning_rate"])
+        assert (tmp_path / "search" / "trials" / trial / "model_trial.pt").exists()
+    (candidate,) = summary.candidates
+    assert list(candidate.seed_returns) == [10] and candidate.trial == next(iter(results))
+    winner = load_config(summary.winner_yaml)
+    assert winner.name == "pbt_tuned" and winner.total_env_steps == 512
+    assert winner.algo_params.learning_rate == summary.winner_values["algo_params.learning_rate"]
+    # The dashboard shows the trials as one group (search.yaml marks the folder).
+    from drlcli.dashboard.runs import find_runs
+
+    found = {(run.group, run.name, run.group_kind) for run in find_runs([tmp_path / "search"])}
+    assert {("search search", trial, "trials") for trial in results} <= found
+
     assert sorted(int(row["exploits"]) for row in results.values()) == [0, 1]
     (exploiting,) = [trial for trial, row in results.items() if row["exploits"] == "1"]
     trials = tmp_path / "search" / "trials"
