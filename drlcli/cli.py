@@ -609,8 +609,8 @@ def tune(
     ] = False,
 ) -> None:
     """Search hyper-parameters: trials of drl train as Ray Tune trials (Optuna's TPE, ASHA
-    pruning at evaluation points), the best re-trained on fresh seeds, the winner written as a
-    config drl train runs, and every trial in results.csv."""
+    pruning at evaluation points, or population-based training), the best re-trained on fresh
+    seeds, the winner written as a config drl train runs, and every trial in results.csv."""
 
     def body() -> None:
         from drlcli.report import render_search_plan
