@@ -184,7 +184,7 @@ def train(
         typer.Option(
             "--tensorboard",
             metavar="DIR",
-            help="Also write TensorBoard event files into DIR/<name> (logging.tensorboard; "
+            help="Also write TensorBoard event files into DIR/<run name> (logging.tensorboard; "
             "pip install 'drlcli\\[tensorboard]').",
         ),
     ] = None,
@@ -216,19 +216,20 @@ def train(
         from drlcli.report import render_dry_run
 
         config = load_config(_config_or_preset(config_path))
+        sinks: dict[str, Any] = {}  # the options win over the config's logging section
         if tensorboard is not None:
-            logging = dataclasses.replace(config.logging, tensorboard=str(tensorboard))
-            config = dataclasses.replace(config, logging=logging)
+            sinks["tensorboard"] = str(tensorboard)
         if wandb is not None:
-            settings = dataclasses.replace(config.logging.wandb or WandbConfig(), project=wandb)
-            logging = dataclasses.replace(config.logging, wandb=settings)
-            config = dataclasses.replace(config, logging=logging)
-        if mlflow is not None:
-            settings = dataclasses.replace(
-                config.logging.mlflow or MlflowConfig(), tracking_uri=mlflow
+            sinks["wandb"] = dataclasses.replace(
+                config.logging.wandb or WandbConfig(), project=wandb
             )
-            logging = dataclasses.replace(config.logging, mlflow=settings)
-            config = dataclasses.replace(config, logging=logging)
+        if mlflow is not None:
+            settings = config.logging.mlflow or MlflowConfig()
+            sinks["mlflow"] = dataclasses.replace(settings, tracking_uri=mlflow)
+        if sinks:
+            config = dataclasses.replace(
+                config, logging=dataclasses.replace(config.logging, **sinks)
+            )
         from drlcli.sinks import check_sinks
 
         check_sinks(config)
