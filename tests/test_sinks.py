@@ -146,6 +146,7 @@ def test_tensorboard_gets_every_numeric_column_against_env_steps(tmp_path):
     assert (tmp_path / "search_x" / "trial_003").is_dir()
 
 
+@pytest.mark.subprocess  # W&B's own service process
 def test_wandb_offline_gets_the_config_metrics_by_env_step_and_a_resumed_run(tmp_path):
     from drlcli.sinks.wandb_sink import WandbSink
 
@@ -180,6 +181,7 @@ def test_wandb_offline_gets_the_config_metrics_by_env_step_and_a_resumed_run(tmp
     )
 
 
+@pytest.mark.subprocess  # MLflow runs git to tag its runs
 def test_mlflow_gets_params_metrics_by_env_step_checkpoints_and_a_resumed_run(
     mlflow_store, tmp_path
 ):

@@ -188,6 +188,7 @@ def test_pbt_keeps_perturbed_values_in_their_ranges():
     assert clip_to_space({"lr": 2e-4, "epochs": 7, "width": "[8]"}, dimensions)["lr"] == 2e-4
 
 
+@pytest.mark.subprocess  # the probe makes the env; gymnasium's MuJoCo loads glfw, which does
 def test_pbt_refuses_a_key_whose_values_a_resume_cannot_take(files, tmp_path):
     """Population-based training resumes trials with other values: a value that changes the
     policy actor (its widths, say) is refused before anything starts, naming the key."""
