@@ -14,7 +14,7 @@ from typing import Any
 from drlcli.config import Config
 from drlcli.evaluation import EvaluationResult
 from drlcli.sinks.background import BackgroundCalls
-from drlcli.sinks.columns import STEP_COLUMN, is_number
+from drlcli.sinks.columns import STEP_COLUMN, logged_values
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 RUN_TAG = "drl.metrics_path"  # finds a run's MLflow run again (a resume, drl export)
@@ -134,8 +134,7 @@ class MlflowSink:
         now = int(time.time() * 1000)
         metrics = [
             Metric(prefix + column, float(value), now, step)
-            for column, value in values.items()
-            if column != STEP_COLUMN and is_number(value)
+            for column, value in logged_values(values).items()
         ]
         self.pending += metrics
         if len(self.pending) >= MAX_BATCH or time.monotonic() - self.flushed >= FLUSH_EVERY_S:

@@ -11,7 +11,7 @@ import yaml
 
 from drlcli.config import Config
 from drlcli.evaluation import EvaluationResult
-from drlcli.sinks.columns import STEP_COLUMN, is_number
+from drlcli.sinks.columns import STEP_COLUMN, logged_values
 
 
 class TensorBoardSink:
@@ -42,14 +42,12 @@ class TensorBoardSink:
 
     def write(self, row: Mapping[str, Any]) -> None:
         step = int(row[STEP_COLUMN])
-        for column, value in row.items():
-            if column != STEP_COLUMN and is_number(value):
-                self.writer.add_scalar(column, value, global_step=step)
+        for column, value in logged_values(row).items():
+            self.writer.add_scalar(column, value, global_step=step)
 
     def final_evaluation(self, result: EvaluationResult, env_steps: int) -> None:
-        for column, value in result.metrics().items():
-            if is_number(value):
-                self.writer.add_scalar(f"final/{column}", value, global_step=env_steps)
+        for column, value in logged_values(result.metrics()).items():
+            self.writer.add_scalar(f"final/{column}", value, global_step=env_steps)
         self.writer.flush()
 
     def close(self) -> None:

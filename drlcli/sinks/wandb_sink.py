@@ -15,7 +15,7 @@ from typing import Any
 
 from drlcli.config import Config
 from drlcli.evaluation import EvaluationResult
-from drlcli.sinks.columns import STEP_COLUMN, is_number
+from drlcli.sinks.columns import STEP_COLUMN, logged_values
 
 
 def id_file(config: Config) -> Path:
@@ -63,14 +63,11 @@ class WandbSink:
         self.run = _start(config, run_id, resume)
 
     def write(self, row: Mapping[str, Any]) -> None:
-        values = {
-            key: value for key, value in row.items() if key != STEP_COLUMN and is_number(value)
-        }
-        self.run.log(values, step=int(row[STEP_COLUMN]))
+        self.run.log(logged_values(row), step=int(row[STEP_COLUMN]))
 
     def final_evaluation(self, result: EvaluationResult, env_steps: int) -> None:
         self.run.summary.update(
-            {f"final/{key}": value for key, value in result.metrics().items() if is_number(value)}
+            {f"final/{key}": value for key, value in logged_values(result.metrics()).items()}
         )
 
     def close(self) -> None:

@@ -243,10 +243,12 @@ class TrialFiles:
         (folder / ORIGIN_FILE).write_text(json.dumps({"trial": self.trial}))
 
 
-def restore_trial(stored: Path, files: TrialFiles, values: Mapping[str, Any]) -> tuple[Path, list]:
+def restore_trial(
+    stored: Path, files: TrialFiles, values: Mapping[str, Any]
+) -> tuple[Path, list, int]:
     """Take a trial's Ray Tune checkpoint (``stored``) as where the trial continues: returns
-    the drl checkpoint to resume from (copied into the trial's folder) and the evaluation
-    returns so far.
+    the drl checkpoint to resume from (copied into the trial's folder), the evaluation returns
+    so far and the checkpoint's env steps.
 
     A checkpoint of another trial is population-based training's exploit step: the trial
     takes that trial's history (its metrics rows up to the checkpoint replace the trial's own;
@@ -259,6 +261,7 @@ def restore_trial(stored: Path, files: TrialFiles, values: Mapping[str, Any]) ->
     resume = folder / "resumed_from.pt"
     shutil.copyfile(stored / CHECKPOINT_FILE, resume)
     returns = json.loads((stored / RETURNS_FILE).read_text())
+    env_steps = load_payload(resume)["progress"]["env_steps"]
     origin = files.trial
     if (stored / ORIGIN_FILE).exists():
         origin = json.loads((stored / ORIGIN_FILE).read_text())["trial"]
@@ -266,7 +269,6 @@ def restore_trial(stored: Path, files: TrialFiles, values: Mapping[str, Any]) ->
         if (stored / METRICS_FILE).exists():
             shutil.copyfile(stored / METRICS_FILE, files.metrics)
         files.best.unlink(missing_ok=True)
-        env_steps = load_payload(resume)["progress"]["env_steps"]
         record = folder / EXPLOITS_FILE
         new = not record.exists()
         with open(record, "a", newline="") as handle:
@@ -274,7 +276,7 @@ def restore_trial(stored: Path, files: TrialFiles, values: Mapping[str, Any]) ->
             if new:
                 writer.writerow(["env_steps", "exploited", "values"])
             writer.writerow([env_steps, origin, json.dumps(dict(values), sort_keys=True)])
-    return resume, returns
+    return resume, returns, env_steps
 
 
 def run_trial(
@@ -289,7 +291,6 @@ def run_trial(
     the parameter holding the seed (re-training); else the config's env.seed."""
     from ray import tune
 
-    from drlcli.checkpoint import load_payload
     from drlcli.runtime.training import train
     from drlcli.topology import AvailableDevices
 
@@ -305,17 +306,15 @@ def run_trial(
     files = TrialFiles(
         trial, config.checkpoint_path, config.best_checkpoint_path, Path(config.metrics_path)
     )
-    resume, returns = None, []
+    resume, returns, env_steps = None, [], 0
     restored = tune.get_checkpoint()
     if restored is not None:
         with restored.as_directory() as stored:
-            resume, returns = restore_trial(Path(stored), files, values)
+            resume, returns, env_steps = restore_trial(Path(stored), files, values)
     reporter = EvaluationReporter(plan.settings.objective_evaluations, tune.report, files, returns)
-    if resume is not None:
-        env_steps = load_payload(resume)["progress"]["env_steps"]
-        if env_steps >= config.total_env_steps:  # complete as it stands
-            reporter.resend(env_steps)
-            return
+    if resume is not None and env_steps >= config.total_env_steps:  # complete as it stands
+        reporter.resend(env_steps)
+        return
     with open(os.devnull, "w") as devnull:
         summary = train(
             config,
