@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from drlcli import __version__
-from drlcli.errors import DrlError
+from drlcli.errors import DrlError, first_line
 
 app = typer.Typer(
     name="drl",
@@ -483,7 +483,7 @@ def _add_to_run(checkpoint: Path, output: Path, sink: str) -> None:
             from drlcli.sinks.wandb_sink import log_video as add
         run_id = add(config, output)
     except Exception as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        first = first_line(str(error), type(error).__name__)
         stderr.print(
             escape(f"warning: {output} is written; {sink} did not take it ({first})"),
             style="yellow",

@@ -90,3 +90,16 @@ class SearchInterrupted(DrlError):
         super().__init__(
             f"search stopped by {signal_name}; the trials' checkpoints are kept in {folder}"
         )
+
+
+def first_line(text: str, default: str = "") -> str:
+    """The first non-blank line of a message (at most 300 characters: a one-line error must
+    stay one line), or ``default`` when it has none."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0][:300] if lines else default
+
+
+def error_line(error: BaseException) -> str:
+    """An exception in one line: ``Type: first line of its message``, or ``Type``."""
+    message = first_line(str(error))
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__

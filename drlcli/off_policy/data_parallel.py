@@ -26,7 +26,7 @@ import torch.distributed as dist
 import torch.distributed.nn.functional as differentiable
 from torch import nn
 
-from drlcli.errors import TrainingError
+from drlcli.errors import TrainingError, first_line
 
 JOIN_TIMEOUT_S = 120.0
 """How long learners wait for each other while the group forms."""
@@ -92,12 +92,12 @@ class DataParallelGroup:
             # The first collective is where gloo and NCCL connect the learners to each other.
             dist.barrier()
         except (RuntimeError, dist.DistStoreError) as error:
-            first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
             raise TrainingError(
                 f"learner {rank} could not join the {world_size} data-parallel learners at "
-                f"{host}:{port} ({backend}: {first_line}); the nodes must reach each other on "
-                "any TCP port, and where a node's host name resolves to a loopback address set "
-                "GLOO_SOCKET_IFNAME (CPU) or NCCL_SOCKET_IFNAME (GPU) to its network interface"
+                f"{host}:{port} ({backend}: {first_line(str(error))}); the nodes must reach "
+                "each other on any TCP port, and where a node's host name resolves to a loopback "
+                "address set GLOO_SOCKET_IFNAME (CPU) or NCCL_SOCKET_IFNAME (GPU) to its network "
+                "interface"
             ) from None
         return cls(rank, world_size)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from drlcli.config import Config, EnvConfig, RuntimeEnvConfig
-from drlcli.errors import ConfigError
+from drlcli.errors import ConfigError, error_line
 
 NODE_CHECK_TIMEOUT_S = 300.0
 """How long the check waits for a node (its first use of a runtime environment installs it)."""
@@ -76,8 +76,7 @@ def probe_node(builder: str, env_config: EnvConfig) -> str | None:
             env_config.id, max_episode_steps=env_config.max_episode_steps, **env_config.kwargs
         ).close()
     except Exception as error:  # as above: the node cannot build the task
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        return f"cannot build the task {env_config.id} ({type(error).__name__}: {first_line})"
+        return f"cannot build the task {env_config.id} ({error_line(error)})"
     return None
 
 

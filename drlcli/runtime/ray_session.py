@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from drlcli.errors import ConfigError, DrlError, TrainingError
+from drlcli.errors import ConfigError, DrlError, TrainingError, error_line, first_line
 from drlcli.runtime.restarts import death_reason
 from drlcli.topology import TrainingTopology
 
@@ -200,10 +200,10 @@ def worker_error(error: Exception, roles: Mapping[str, str] | None = None) -> Dr
             return cause
         if isinstance(cause, ray.exceptions.RayError):  # a worker's own Ray call failed
             return worker_error(cause, roles)
-        first_line = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
-        return TrainingError(f"a training worker failed: {type(cause).__name__}: {first_line}")
+        return TrainingError(f"a training worker failed: {error_line(cause)}")
     if not isinstance(error, ray.exceptions.RayActorError):
-        return TrainingError(f"{ray_failure(error)}: {_first_line(error)}")
+        detail = first_line(str(error), type(error).__name__)
+        return TrainingError(f"{ray_failure(error)}: {detail}")
     role = (roles or {}).get(error.actor_id or "", "a training process")
     init_failed = bool(getattr(error, "_actor_init_failed", False))
     if init_failed:
@@ -234,11 +234,6 @@ def ray_failure(error: Exception) -> str:
     if isinstance(error, (exceptions.ObjectStoreFullError, exceptions.OutOfDiskError)):
         return "Ray's object store or its disk is full"
     return f"Ray failed ({type(error).__name__})"
-
-
-def _first_line(error: Exception) -> str:
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return lines[0][:300] if lines else type(error).__name__
 
 
 def get_when_restarted(

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from drlcli.errors import TrainingError
+from drlcli.errors import TrainingError, first_line
 
 
 def restartable_actor_options(max_restarts: int) -> dict[str, Any]:
@@ -76,5 +76,5 @@ def death_reason(error: Exception) -> str:
     pid = next(
         (line.split(":", 1)[1].strip() for line in message.splitlines() if "pid:" in line), None
     )
-    first = message.strip().splitlines()[0] if message.strip() else type(error).__name__
+    first = first_line(message, type(error).__name__)
     return f"pid {pid}: {first}" if pid else first

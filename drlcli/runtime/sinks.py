@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from drlcli.errors import error_line
+
 
 class MetricsSink(Protocol):
     """What a sink implements; it may also have ``final_evaluation(result, env_steps)``, called
@@ -81,9 +83,7 @@ class MetricsSinks:
 
 def sink_warning(name: str, what: str, error: BaseException) -> str:
     """The one line that says an optional sink is left out, and why (the error's first line)."""
-    detail = str(error).strip().splitlines()[0] if str(error).strip() else ""
     return (
-        f"warning: metrics sink {name} {what} ({type(error).__name__}"
-        f"{': ' + detail if detail else ''}); training goes on without it, the metrics CSV "
-        "has every row"
+        f"warning: metrics sink {name} {what} ({error_line(error)}); training goes on without "
+        "it, the metrics CSV has every row"
     )

@@ -1,6 +1,6 @@
 """Training throughput with each metrics sink on, against the same run with none.
 
-    python scripts/bench/sinks.py configs/hopper_ppo.yaml --steps 100000 --repeats 3
+    python scripts/bench/sinks.py configs/hopper_ppo.yaml --steps 100000 --repeats 7
 
 Each repeat trains the config four times in turn (no sink, TensorBoard, W&B offline, MLflow
 into a SQLite store; all in a temporary folder), with periodic evaluation off so that the runs
@@ -96,7 +96,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("config", type=Path)
     parser.add_argument("--steps", type=int, default=100_000)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--cost-rows", type=int, default=2000)
     args = parser.parse_args()
 
