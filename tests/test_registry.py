@@ -130,3 +130,55 @@ def test_every_config_field_carries_its_meaning_where_it_is_defined(dataclass_ty
     }
     fields = {f.name for f in dataclasses.fields(dataclass_type)}
     assert fields - documented == set()
+
+
+def _fresh_learner(name: str):
+    """(params, a fresh learner's state, obs_dim, action_dim) of a small built-in learner."""
+    if name.startswith("ppo"):
+        from drlcli.algos.ppo.learner import Learner
+        from tests.test_ppo import PARAMS, SPEC
+
+        params = PARAMS if name == "ppo" else dataclasses.replace(PARAMS, value_hidden_sizes=(8,))
+        return params, Learner(SPEC, 4, 1, params, seed=0).state_dict(), 4, 1
+    if name == "flash_sac":
+        from tests.test_flash_sac import SMALL, make_learner
+    else:
+        from tests.test_sac import SMALL, make_learner
+    return SMALL, make_learner().state_dict(), 5, 2
+
+
+def _nudged(value):
+    """Another value of the same kind (a flag flipped, a number or each width plus one), or
+    None for a kind left alone (text, None)."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value + 1
+    if isinstance(value, tuple) and value and all(isinstance(v, int) for v in value):
+        return tuple(v + 1 for v in value)
+    return None
+
+
+@pytest.mark.parametrize("name", ["ppo", "ppo_own_value_widths", "flash_sac", "sac"])
+def test_resume_fixed_params_are_the_params_the_resume_check_compares(name):
+    """drl tune's population-based training refuses a searched key by ``resume_fixed_params``
+    before trials resume from each other's checkpoints: each param, changed, must make
+    ``check_resume`` refuse a learner state built with the original exactly when it changes a
+    declared one."""
+    algorithm = get_algorithm(name.removesuffix("_own_value_widths"))
+    params, state, obs_dim, action_dim = _fresh_learner(name)
+    assert algorithm.check_resume(params, state, obs_dim, action_dim) is None
+    checked = 0
+    for field in dataclasses.fields(params):
+        changed = _nudged(getattr(params, field.name))
+        if changed is None:
+            continue
+        varied = dataclasses.replace(params, **{field.name: changed})
+        declared = any(
+            getattr(varied, fixed) != getattr(params, fixed)
+            for fixed in algorithm.resume_fixed_params
+        )
+        problem = algorithm.check_resume(varied, state, obs_dim, action_dim)
+        assert (problem is not None) == declared, (field.name, problem)
+        checked += declared
+    assert checked >= 1

@@ -191,7 +191,8 @@ def test_pbt_keeps_perturbed_values_in_their_ranges():
 @pytest.mark.subprocess  # the probe makes the env; gymnasium's MuJoCo loads glfw, which does
 def test_pbt_refuses_a_key_whose_values_a_resume_cannot_take(files, tmp_path):
     """Population-based training resumes trials with other values: a value that changes the
-    policy actor (its widths, say) is refused before anything starts, naming the key."""
+    policy actor (its widths, say) or another network (PPO's value network) is refused before
+    anything starts, naming the key."""
     config, space = files
     space.write_text(
         "space:\n  algo_params.learning_rate: {loguniform: [1.0e-4, 1.0e-3]}\n"
@@ -204,6 +205,18 @@ def test_pbt_refuses_a_key_whose_values_a_resume_cannot_take(files, tmp_path):
         f"error: {space}: space.algo_params.hidden_sizes: [32, 32] changes the policy actor's "
         "architecture and semantics, which population-based training cannot do as a trial "
         "resumes from a checkpoint: search this key with scheduler: asha or none"
+    ]
+    # The value network is not in the actor semantics; a resume refuses other widths too.
+    space.write_text(
+        "space: {algo_params.value_hidden_sizes: {choice: [[16, 16], [32]]}}\n"
+        "search: {scheduler: pbt}\n"
+    )
+    result = runner.invoke(app, ["tune", str(config), str(space), "--dry-run"])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        f"error: {space}: space.algo_params.value_hidden_sizes: [32] changes ppo's "
+        "value_network_hidden_sizes (a network beyond the policy actor), which a trial resuming "
+        "from another's checkpoint cannot take: search this key with scheduler: asha or none"
     ]
     space.write_text(
         "space: {algo_params.learning_rate: {loguniform: [1.0e-4, 1.0e-3]}}\n"

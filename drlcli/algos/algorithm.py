@@ -202,6 +202,11 @@ class Algorithm:
         check_resume: ``(params, state, obs_dim, action_dim) -> problem or None``: what of one
             stored learner state the config's params cannot take (layer widths), before
             anything starts.
+        resume_fixed_params: the params (attributes of ``params_type``, properties included)
+            whose value a resumed run must keep: what ``check_resume`` compares (the networks
+            beyond the policy actor). ``drl tune``'s population-based training, whose trials
+            resume from each other's checkpoints with other values, refuses a searched key
+            that changes one.
         check_actor: what the algorithm needs of a policy actor beyond the contract
             ``(actor, obs_dim, action_dim)``, run on the driver's probe before anything starts
             (PolicyActorContractError).
@@ -231,6 +236,7 @@ class Algorithm:
     check_resume: Callable[[Any, dict[str, Any], int, int], str | None] = (
         lambda params, state, obs_dim, action_dim: None
     )
+    resume_fixed_params: tuple[str, ...] = ()
     check_actor: Callable[[Any, int, int], None] = lambda actor, obs_dim, action_dim: None
     replay_saving: Callable[[Any], bool] | None = None
     memory_needs: Callable[[Any, RunShape], list[MemoryNeed]] = lambda params, shape: []

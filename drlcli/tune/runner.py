@@ -130,7 +130,8 @@ def prepare_search(config_path: Path, space_path: Path, trials: int | None = Non
 def check_resumable_dimensions(base: dict[str, Any], config: Any, dimensions: Any) -> None:
     """Population-based training changes a trial's values as it resumes from a checkpoint:
     each value of a searched key (a range's ends, every choice) must leave the policy actor's
-    architecture and semantics as the config's own, which a resume requires.
+    architecture and semantics and the algorithm's ``resume_fixed_params`` (the other networks'
+    shapes) as the config's own, which a resume requires.
 
     Raises:
         ConfigError: ``space.<key>``, naming the value.
@@ -146,12 +147,13 @@ def check_resumable_dimensions(base: dict[str, Any], config: Any, dimensions: An
     )
     facts = env_facts(env)
     env.close()
-    reference = probe_actor(get_algorithm(config.algo), config, facts)
+    algorithm = get_algorithm(config.algo)
+    reference = probe_actor(algorithm, config, facts)
     for dimension in dimensions:
         ends = dimension.values if dimension.kind == "choice" else (dimension.low, dimension.high)
         for value in ends:
             varied = config_from_dict(with_values(base, {dimension.key: value}))
-            probed = probe_actor(get_algorithm(varied.algo), varied, facts)
+            probed = probe_actor(algorithm, varied, facts)
             changed = [
                 what
                 for what, same in (
@@ -166,6 +168,18 @@ def check_resumable_dimensions(base: dict[str, Any], config: Any, dimensions: An
                     f"{' and '.join(changed)}, which population-based training cannot do as a "
                     "trial resumes from a checkpoint: search this key with scheduler: asha or "
                     "none"
+                )
+            fixed = [
+                name
+                for name in algorithm.resume_fixed_params
+                if getattr(varied.algo_params, name) != getattr(config.algo_params, name)
+            ]
+            if fixed:
+                raise ConfigError(
+                    f"space.{dimension.key}: {value!r} changes {algorithm.name}'s "
+                    f"{' and '.join(fixed)} (a network beyond the policy actor), which a trial "
+                    "resuming from another's checkpoint cannot take: search this key with "
+                    "scheduler: asha or none"
                 )
 
 

@@ -153,6 +153,7 @@ FLASH_SAC = Algorithm(
     check_learner_device=resolve_cuda_graph,
     check_learner_state=return_scaler_problem,
     check_resume=critic_problem,
+    resume_fixed_params=("critic_hidden_dim", "critic_num_blocks", "num_bins", "v_min", "v_max"),
     replay_saving=lambda params: params.save_replay_buffer,
     memory_needs=flash_sac_memory_needs,
     off_policy=OffPolicy(

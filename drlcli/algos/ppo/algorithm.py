@@ -132,6 +132,7 @@ PPO = Algorithm(
     ),
     check_learner_state=learner_state_problem,
     check_resume=value_network_problem,
+    resume_fixed_params=("value_network_hidden_sizes",),
     check_actor=check_actor,
     memory_needs=ppo_memory_needs,
 )

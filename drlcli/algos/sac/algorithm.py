@@ -116,6 +116,7 @@ SAC = Algorithm(
     check_params=check_params,
     check_learner_state=return_scaler_problem,
     check_resume=critic_problem,
+    resume_fixed_params=("hidden_sizes",),
     replay_saving=lambda params: params.save_replay_buffer,
     memory_needs=sac_memory_needs,
     off_policy=OffPolicy(
