@@ -30,10 +30,10 @@ $(PAGE): web/package.json web/package-lock.json web/build.mjs $(wildcard web/src
 demo: setup
 	$(BIN)/drl train quickstart
 
-# Two pytest-xdist workers: the shared Ray session's tests as one group in one worker (run in
-# order), the others beside them (tests/conftest.py sets the group).
+# Two pytest-xdist workers, each with its own Ray session when its tests need one
+# (tests/conftest.py); both cores stay busy.
 test: setup
-	$(BIN)/python -m pytest -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -n 2
 	@if [ -d web/node_modules ]; then cd web && npm test --silent; fi
 
 # The edit-test loop: the tests that need neither Ray nor a subprocess (a test that starts a

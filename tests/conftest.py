@@ -24,19 +24,18 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 FAST_ONLY = os.environ.get("DRL_TEST_FAST") == "1"  # make test-fast
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+@pytest.hookimpl(tryfirst=True)  # before -m selects by the marker
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test that uses the shared Ray session is marked ``ray``: ``-m "not ray"`` (and
     ``make test-fast``) leaves them out without each module having to say so.
 
-    Under ``make test`` (pytest-xdist, ``--dist loadgroup``) the tests of the shared session
-    are one group: one worker runs them in order in one Ray session, while the other runs the
-    rest (clusters of their own included), most of which are single-threaded and would leave a
-    core idle beside them."""
+    Under ``make test`` (two pytest-xdist workers) each worker starts its own Ray session when
+    its first such test needs it, and both run Ray tests beside the rest. One worker running
+    every Ray test in one session would be the critical path: their test time is about two
+    thirds of the suite's."""
     for item in items:
         if "ray_cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.ray)
-            item.add_marker(pytest.mark.xdist_group("ray_session"))
 
 
 @pytest.fixture(autouse=FAST_ONLY)

@@ -234,8 +234,7 @@ def test_kill_9_at_random_moments_never_loses_a_checkpoint_or_a_metrics_row(tiny
     assert resumed_from == sorted(resumed_from) and resumed_from[-1] < rounds
     assert resumed_from[-1] > 0  # the trials did train (and checkpoint) something
 
-    # The last resume runs to the end (its own Ray, like the killed ones: this test keeps out
-    # of the shared Ray session's serial group).
+    # The last resume runs to the end (its own Ray, like the killed ones).
     done = subprocess.run(
         drl("train", "--quiet", str(path), "--resume", str(config.checkpoint_path)),
         env=ENV,
