@@ -2,7 +2,7 @@
 import uPlot from "uplot";
 import {
   averagesAsSeeds, differingKeys, downsampleMinMax, emaSmooth, flattenConfig, groupRuns, groupStats,
-  groupTitle, latestAndBest, plottableColumns, sortRows, toCsv,
+  groupTitle, latestAndBest, plottableColumns, sortRows, tickLabels, toCsv,
 } from "./series.js";
 
 const POLL_MS = 1000;
@@ -243,7 +243,8 @@ function chart(target, title, drawn, log, height = 300, small = false) {
     title, width, height, series, bands,
     padding: [8, 36, 0, 8], // room for the last x label
     scales: { x: { time: false }, y: log ? { distr: 3 } : {} },
-    axes: [{}, { size: 60 }],
+    // Log axes keep uPlot's labels (powers of ten); linear ones show small values right.
+    axes: [{}, { size: 60, values: log ? undefined : (u, splits) => tickLabels(splits) }],
     legend: { show: !small, live: true },
     cursor: { drag: { x: true, y: false } },
   };

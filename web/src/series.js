@@ -156,3 +156,22 @@ export function latestAndBest(values) {
   if (!numbers.length) return { latest: null, best: null };
   return { latest: numbers[numbers.length - 1], best: Math.max(...numbers) };
 }
+
+/** Labels for a linear axis's ticks: the fewest digits that still tell each tick's value to
+ * within a thousandth of the tick spacing, in exponent form for values below 1e-3 or from 1e5
+ * on. (uPlot's default format keeps 3 decimals: ticks at 2.5e-4, 5e-4 and 7.5e-4 read "0",
+ * "0.001", "0.001".) */
+export function tickLabels(splits) {
+  const values = splits.filter((v) => v !== null && Number.isFinite(v));
+  const sorted = [...new Set(values)].sort((a, b) => a - b);
+  const gaps = sorted.slice(1).map((v, i) => v - sorted[i]);
+  const largest = Math.max(0, ...values.map(Math.abs));
+  const step = gaps.length ? Math.min(...gaps) : largest || 1;
+  const exponent = largest >= 1e5 || (largest > 0 && largest < 1e-3);
+  const write = (v, digits) => (v === 0 ? "0" : exponent ? v.toExponential(digits) : v.toFixed(digits));
+  let digits = 0;
+  while (digits < 15 && values.some((v) => Math.abs(Number(write(v, digits)) - v) > step * 1e-3)) {
+    digits += 1;
+  }
+  return splits.map((v) => (v === null || !Number.isFinite(v) ? "" : write(v, digits)));
+}

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import {
   averagesAsSeeds, differingKeys, downsampleMinMax, emaSmooth, groupRuns, groupStats, groupTitle,
-  latestAndBest, sortRows, toCsv,
+  latestAndBest, sortRows, tickLabels, toCsv,
 } from "../src/series.js";
 
 test("debiased EMA: the first value is kept, then values are averaged", () => {
@@ -67,4 +67,20 @@ test("the runs table: configs' differing keys, sorting, CSV, latest and best", (
   assert.equal(toCsv(["x", "a,b"], [[1, 2], [null, 'say "hi"']]), 'x,"a,b"\n1,\n2,"say ""hi"""\n');
   assert.deepEqual(latestAndBest([null, 3, 9, 4, null]), { latest: 4, best: 9 });
   assert.deepEqual(latestAndBest([null]), { latest: null, best: null });
+});
+
+test("tick labels keep small and large values apart and plain ones short", () => {
+  // A learning rate's axis: uPlot's 3-decimal default read "0", "0.001", "0.001".
+  assert.deepEqual(tickLabels([0, 0.00025, 0.0005, 0.00075]), ["0", "2.5e-4", "5.0e-4", "7.5e-4"]);
+  assert.deepEqual(tickLabels([1e-5, 2e-5, 3e-5]), ["1e-5", "2e-5", "3e-5"]);
+  assert.deepEqual(tickLabels([0, 0.25, 0.5, 0.75]), ["0", "0.25", "0.50", "0.75"]);
+  assert.deepEqual(tickLabels([-200, 0, 200, 400]), ["-200", "0", "200", "400"]);
+  assert.deepEqual(tickLabels([0.9, 0.95, 1, 1.05]), ["0.90", "0.95", "1.00", "1.05"]);
+  assert.deepEqual(tickLabels([0, 500000, 1000000]), ["0", "5e+5", "1e+6"]);
+  assert.deepEqual(tickLabels([0.1 + 0.2, 0.4]), ["0.3", "0.4"]); // float noise is no digit
+  assert.deepEqual(tickLabels([null, 3]), ["", "3"]);
+  for (const splits of [[1e-7, 1.5e-7, 2e-7], [3000, 3000.5, 3001], [0.0123, 0.0124]]) {
+    const labels = tickLabels(splits);
+    assert.equal(new Set(labels).size, labels.length, labels.join(" "));
+  }
 });
