@@ -2,7 +2,7 @@
 import uPlot from "uplot";
 import {
   averagesAsSeeds, differingKeys, downsampleMinMax, emaSmooth, flattenConfig, groupRuns, groupStats,
-  groupTitle, latestAndBest, plottableColumns, sortRows, tickLabels, toCsv,
+  groupTitle, latestAndBest, plottableColumns, sortRows, tickLabels, toCsv, valueLabel,
 } from "./series.js";
 
 const POLL_MS = 1000;
@@ -229,10 +229,13 @@ function chart(target, title, drawn, log, height = 300, small = false) {
     tables.push(downsampleMinMax(xs, aligned, MAX_POINTS));
     const base = series.length;
     series.push({ label: line.label, stroke: line.color, width: 2, spanGaps: true,
-      dash: line.dash ? [6, 4] : undefined, points: { show: line.xs.length < 60 } });
+      dash: line.dash ? [6, 4] : undefined, points: { show: line.xs.length < 60 },
+      value: (u, v) => valueLabel(v) });
     if (line.lo && line.hi) {
-      series.push({ label: `${line.label} min`, stroke: "transparent", spanGaps: true, bandEdge: true });
-      series.push({ label: `${line.label} max`, stroke: "transparent", spanGaps: true, bandEdge: true });
+      for (const edge of ["min", "max"]) {
+        series.push({ label: `${line.label} ${edge}`, stroke: "transparent", spanGaps: true,
+          bandEdge: true, value: (u, v) => valueLabel(v) });
+      }
       bands.push({ series: [base + 2, base + 1], fill: `${line.color}22` });
     }
   }

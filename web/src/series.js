@@ -175,3 +175,13 @@ export function tickLabels(splits) {
   }
   return splits.map((v) => (v === null || !Number.isFinite(v) ? "" : write(v, digits)));
 }
+
+/** A value read out under the cursor: four significant digits, in exponent form below 1e-3
+ * and from 1e6 on ("--" for none). (uPlot's default keeps 3 decimals: 2.5e-5 read "0".) */
+export function valueLabel(v) {
+  if (v === null || v === undefined || !Number.isFinite(v)) return "--";
+  const size = Math.abs(v);
+  if (v === 0 || (size >= 1e-3 && size < 1e6)) return String(Number(v.toPrecision(4)));
+  const [mantissa, exponent] = v.toExponential(3).split("e");
+  return `${String(Number(mantissa))}e${exponent}`;
+}

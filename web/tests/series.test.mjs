@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import {
   averagesAsSeeds, differingKeys, downsampleMinMax, emaSmooth, groupRuns, groupStats, groupTitle,
-  latestAndBest, sortRows, tickLabels, toCsv,
+  latestAndBest, sortRows, tickLabels, toCsv, valueLabel,
 } from "../src/series.js";
 
 test("debiased EMA: the first value is kept, then values are averaged", () => {
@@ -83,4 +83,15 @@ test("tick labels keep small and large values apart and plain ones short", () =>
     const labels = tickLabels(splits);
     assert.equal(new Set(labels).size, labels.length, labels.join(" "));
   }
+});
+
+test("a value under the cursor keeps four significant digits at any size", () => {
+  assert.equal(valueLabel(2.5e-5), "2.5e-5");
+  assert.equal(valueLabel(0.012345), "0.01235");
+  assert.equal(valueLabel(3245.1234), "3245");
+  assert.equal(valueLabel(-0.5), "-0.5");
+  assert.equal(valueLabel(0), "0");
+  assert.equal(valueLabel(1234567), "1.235e+6");
+  assert.equal(valueLabel(null), "--");
+  assert.equal(valueLabel(Number.NaN), "--");
 });
