@@ -372,7 +372,7 @@ function renderTable() {
       const value = row[name];
       if (typeof value === "number") {
         td.className = "number";
-        td.textContent = Number.isInteger(value) ? String(value) : value.toPrecision(4);
+        td.textContent = Number.isInteger(value) ? String(value) : valueLabel(value);
       } else {
         td.textContent = value === null || value === undefined ? "-" : typeof value === "string" ? value : JSON.stringify(value);
       }
