@@ -244,6 +244,43 @@ def test_an_mlflow_server_that_does_not_answer_warns_once_and_training_goes_on(t
     assert warnings[0].endswith("training goes on without it, the metrics CSV has every row")
 
 
+@pytest.mark.subprocess  # W&B's own service process
+def test_a_wandb_server_that_does_not_answer_never_holds_up_the_rounds(monkeypatch, tmp_path):
+    """wandb.init retries for its init_timeout (90 s by default) against a server that does
+    not answer: the W&B sink opens on its own thread, so the rows go on meanwhile, and the
+    failure is one warning."""
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("WANDB_API_KEY", "0" * 40)
+    monkeypatch.setenv("WANDB_INIT_TIMEOUT", "3")
+    config = config_from_dict(
+        {"output_dir": str(tmp_path), "logging": {"wandb": {"project": "p", "mode": "online"}}},
+        default_name="run",
+    )
+
+    class Record:
+        rows = []
+
+        def write(self, row):
+            self.rows.append(row)
+
+        def close(self):
+            pass
+
+    warnings = []
+    sinks = MetricsSinks(Record(), open_sinks(config, warnings.append), warn=warnings.append)
+    for index in range(3):
+        sinks.write({"round": index, "env_steps": 64 * index, "episode_return_mean": 1.0})
+    assert warnings == [] and len(Record.rows) == 3  # the rows did not wait for wandb.init
+    sinks.close()  # waits for the init to give up
+    assert len(warnings) == 1 and warnings[0].startswith("warning: metrics sink wandb failed")
+    assert warnings[0].endswith("training goes on without it, the metrics CSV has every row")
+
+
 def test_a_missing_extra_is_refused_before_anything_starts(monkeypatch, tmp_path):
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(

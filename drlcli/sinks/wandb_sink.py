@@ -15,7 +15,12 @@ from typing import Any
 
 from drlcli.config import Config
 from drlcli.evaluation import EvaluationResult
+from drlcli.sinks.background import BackgroundCalls
 from drlcli.sinks.columns import STEP_COLUMN, logged_values
+
+# How long the end of a run waits for W&B: its init (90 s against a server that does not
+# answer), then the rows still queued and the run's finish.
+CLOSE_TIMEOUT_S = 300.0
 
 
 def id_file(config: Config) -> Path:
@@ -42,7 +47,9 @@ def _start(config: Config, run_id: str, resume: bool) -> Any:
 
 
 class WandbSink:
-    """Logs one drl run into one W&B run.
+    """Logs one drl run into one W&B run, on a thread of its own: ``wandb.init`` (up to W&B's
+    ``init_timeout``, 90 s, against a server that does not answer) and every call after it
+    never hold up the rounds. A failure warns at the next row (``MetricsSinks``).
 
     Args:
         config: the run (its ``logging.wandb``, its config, its metrics path).
@@ -60,17 +67,31 @@ class WandbSink:
             Path(config.output_dir).mkdir(parents=True, exist_ok=True)
             record.parent.mkdir(parents=True, exist_ok=True)
             record.write_text(run_id + "\n")
-        self.run = _start(config, run_id, resume)
+        self.run: Any = None
+        self.calls = BackgroundCalls(f"wandb-{config.name}")
+        self.calls.submit(self._open, config, run_id, resume)
 
     def write(self, row: Mapping[str, Any]) -> None:
-        self.run.log(logged_values(row), step=int(row[STEP_COLUMN]))
+        self.calls.submit(self._log, logged_values(row), int(row[STEP_COLUMN]))
 
     def final_evaluation(self, result: EvaluationResult, env_steps: int) -> None:
-        self.run.summary.update(
-            {f"final/{key}": value for key, value in logged_values(result.metrics()).items()}
-        )
+        values = logged_values(result.metrics())
+        self.calls.submit(self._summarise, {f"final/{key}": value for key, value in values.items()})
 
     def close(self) -> None:
+        self.calls.submit(self._finish)
+        self.calls.close(CLOSE_TIMEOUT_S)
+
+    def _open(self, config: Config, run_id: str, resume: bool) -> None:
+        self.run = _start(config, run_id, resume)
+
+    def _log(self, values: dict[str, float], step: int) -> None:
+        self.run.log(values, step=step)
+
+    def _summarise(self, values: dict[str, float]) -> None:
+        self.run.summary.update(values)
+
+    def _finish(self) -> None:
         self.run.finish()
 
 
