@@ -7,6 +7,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+# How long the end of a run waits for a sink's calls: W&B's init (up to 90 s against a server
+# that does not answer), the rows still queued, MLflow's checkpoint upload.
+CLOSE_TIMEOUT_S = 300.0
+
 
 class BackgroundCalls:
     """Runs submitted calls in order on one daemon thread. The first call that fails stops
@@ -27,7 +31,7 @@ class BackgroundCalls:
         self._raise_error()
         self.calls.put((call, args))
 
-    def close(self, timeout_s: float) -> None:
+    def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
         """Wait for the calls submitted (at most ``timeout_s``).
 
         Raises:

@@ -19,7 +19,6 @@ from drlcli.sinks.columns import STEP_COLUMN, logged_values
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 RUN_TAG = "drl.metrics_path"  # finds a run's MLflow run again (a resume, drl export)
 MAX_PARAM_LENGTH = 6000  # MLflow's limit on a param value
-CLOSE_TIMEOUT_S = 300.0  # the checkpoints' upload at the end
 # Metrics go to the store in batches (each value keeps its own step and time): a store's
 # transaction per round cost a few percent of a two-core machine's training throughput.
 FLUSH_EVERY_S = 10.0
@@ -126,7 +125,7 @@ class MlflowSink:
             if Path(path).exists():
                 self.calls.submit(self.client.log_artifact, self.run_id, str(path), "checkpoints")
         self.calls.submit(self.client.set_terminated, self.run_id)
-        self.calls.close(CLOSE_TIMEOUT_S)
+        self.calls.close()
 
     def _log(self, values: Mapping[str, Any], step: int, prefix: str) -> None:
         from mlflow.entities import Metric

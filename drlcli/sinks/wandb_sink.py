@@ -18,10 +18,6 @@ from drlcli.evaluation import EvaluationResult
 from drlcli.sinks.background import BackgroundCalls
 from drlcli.sinks.columns import STEP_COLUMN, logged_values
 
-# How long the end of a run waits for W&B: its init (90 s against a server that does not
-# answer), then the rows still queued and the run's finish.
-CLOSE_TIMEOUT_S = 300.0
-
 
 def id_file(config: Config) -> Path:
     """Where the run's W&B id is kept."""
@@ -80,7 +76,7 @@ class WandbSink:
 
     def close(self) -> None:
         self.calls.submit(self._finish)
-        self.calls.close(CLOSE_TIMEOUT_S)
+        self.calls.close()
 
     def _open(self, config: Config, run_id: str, resume: bool) -> None:
         self.run = _start(config, run_id, resume)
