@@ -281,6 +281,36 @@ def test_a_wandb_server_that_does_not_answer_never_holds_up_the_rounds(monkeypat
     assert warnings[0].endswith("training goes on without it, the metrics CSV has every row")
 
 
+def test_background_calls_run_in_order_and_the_first_failure_ends_them():
+    import threading
+
+    from drlcli.sinks.background import BackgroundCalls
+
+    done, release = [], threading.Event()
+    calls = BackgroundCalls("unit")
+    calls.submit(release.wait)
+    calls.submit(done.append, 1)
+    calls.submit(done.append, 2)
+    with pytest.raises(TimeoutError, match="calls still running after 0.05 s"):
+        calls.close(0.05)  # the first call still waits
+    release.set()
+    calls.thread.join(5)
+    assert done == [1, 2] and not calls.thread.is_alive()
+
+    failing = BackgroundCalls("unit")
+    failing.submit(release.wait)
+    failing.submit(done.append, 3)
+    failing.submit(lambda: 1 / 0)
+    failing.submit(done.append, 4)
+    failing.thread.join(5)  # a sink left out keeps no thread behind
+    assert not failing.thread.is_alive() and done == [1, 2, 3]
+    with pytest.raises(ZeroDivisionError):
+        failing.submit(done.append, 5)
+    with pytest.raises(ZeroDivisionError):
+        failing.close(1)
+    assert done == [1, 2, 3]
+
+
 def test_a_missing_extra_is_refused_before_anything_starts(monkeypatch, tmp_path):
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(

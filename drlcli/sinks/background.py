@@ -13,9 +13,9 @@ CLOSE_TIMEOUT_S = 300.0
 
 
 class BackgroundCalls:
-    """Runs submitted calls in order on one daemon thread. The first call that fails stops
-    the rest; its error is raised by the next ``submit`` or by ``close`` (where the sinks'
-    owner warns once and leaves the sink out).
+    """Runs submitted calls in order on one daemon thread. The first call that fails ends the
+    thread and the calls after it; its error is raised by the next ``submit`` or by ``close``
+    (where the sinks' owner warns once and leaves the sink out).
 
     Args:
         name: the thread's name.
@@ -49,9 +49,9 @@ class BackgroundCalls:
 
     def _run(self) -> None:
         while (item := self.calls.get()) is not None:
-            if self.error is None:
-                call, args = item
-                try:
-                    call(*args)
-                except BaseException as error:  # raised in the training thread, not here
-                    self.error = error
+            call, args = item
+            try:
+                call(*args)
+            except BaseException as error:  # raised in the training thread, not here
+                self.error = error
+                return  # the thread ends: a sink left out keeps no thread behind
