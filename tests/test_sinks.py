@@ -257,6 +257,9 @@ def test_a_wandb_server_that_does_not_answer_never_holds_up_the_rounds(monkeypat
     monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{port}")
     monkeypatch.setenv("WANDB_API_KEY", "0" * 40)
     monkeypatch.setenv("WANDB_INIT_TIMEOUT", "3")
+    import wandb
+
+    wandb.teardown()  # W&B reads its environment at its setup, once per process
     config = config_from_dict(
         {"output_dir": str(tmp_path), "logging": {"wandb": {"project": "p", "mode": "online"}}},
         default_name="run",
@@ -277,6 +280,7 @@ def test_a_wandb_server_that_does_not_answer_never_holds_up_the_rounds(monkeypat
         sinks.write({"round": index, "env_steps": 64 * index, "episode_return_mean": 1.0})
     assert warnings == [] and len(Record.rows) == 3  # the rows did not wait for wandb.init
     sinks.close()  # waits for the init to give up
+    wandb.teardown()  # the next test's W&B sets up again from its own environment
     assert len(warnings) == 1 and warnings[0].startswith("warning: metrics sink wandb failed")
     assert warnings[0].endswith("training goes on without it, the metrics CSV has every row")
 
