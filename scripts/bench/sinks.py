@@ -14,8 +14,8 @@ run of the same repeat).
 
 Then each sink's own cost, measured alone (--cost-rows rows, 2000 by default): the rows of the
 last no-sink run, repeated at increasing env steps, written into the sink as the run loop
-writes them, then the sink closed (its background writes drained, MLflow's checkpoint
-artifacts uploaded). The cost is the CPU time this process and its children (W&B's service)
+writes them, then the sink closed (its background writes drained; there is no checkpoint to
+upload). The cost is the CPU time this process and its children (W&B's service)
 spend on it, per row, against the no-sink runs' median wall time per row (one round): the
 share of the machine a sink takes from training, without the noise of whole runs.
 """
