@@ -159,7 +159,18 @@ def _nudged(value):
     return None
 
 
-@pytest.mark.parametrize("name", ["ppo", "ppo_own_value_widths", "flash_sac", "sac"])
+FRESH_LEARNERS = ["ppo", "ppo_own_value_widths", "flash_sac", "sac"]
+
+
+def test_every_algorithm_declares_params_it_has_and_has_its_resume_check_tested():
+    for name, algorithm in ALGORITHMS.items():
+        params = algorithm.params_type()
+        for fixed in algorithm.resume_fixed_params:
+            getattr(params, fixed)  # a misspelt name would fail drl tune with AttributeError
+        assert name in FRESH_LEARNERS, f"{name}: add a fresh learner to _fresh_learner"
+
+
+@pytest.mark.parametrize("name", FRESH_LEARNERS)
 def test_resume_fixed_params_are_the_params_the_resume_check_compares(name):
     """drl tune's population-based training refuses a searched key by ``resume_fixed_params``
     before trials resume from each other's checkpoints: each param, changed, must make
