@@ -28,6 +28,19 @@ def mlflow_store(tmp_path_factory):
     return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
 
 
+class ListRecord:
+    """The record of truth a MetricsSinks needs, keeping the rows in a list."""
+
+    def __init__(self):
+        self.rows = []
+
+    def write(self, row):
+        self.rows.append(row)
+
+    def close(self):
+        pass
+
+
 def wandb_records(run_folder):
     """The records of an offline W&B run's ``.wandb`` file (a LevelDB-style log of protobuf
     records after a 7-byte header, in 32 KiB blocks): [(kind, record)]."""
@@ -265,20 +278,11 @@ def test_a_wandb_server_that_does_not_answer_never_holds_up_the_rounds(monkeypat
         default_name="run",
     )
 
-    class Record:
-        rows = []
-
-        def write(self, row):
-            self.rows.append(row)
-
-        def close(self):
-            pass
-
-    warnings = []
-    sinks = MetricsSinks(Record(), open_sinks(config, warnings.append), warn=warnings.append)
+    record, warnings = ListRecord(), []
+    sinks = MetricsSinks(record, open_sinks(config, warnings.append), warn=warnings.append)
     for index in range(3):
         sinks.write({"round": index, "env_steps": 64 * index, "episode_return_mean": 1.0})
-    assert warnings == [] and len(Record.rows) == 3  # the rows did not wait for wandb.init
+    assert warnings == [] and len(record.rows) == 3  # the rows did not wait for wandb.init
     sinks.close()  # waits for the init to give up
     wandb.teardown()  # the next test's W&B sets up again from its own environment
     assert len(warnings) == 1 and warnings[0].startswith("warning: metrics sink wandb failed")
@@ -344,15 +348,6 @@ def test_a_sink_that_cannot_open_or_write_warns_once_and_the_csv_goes_on(tmp_pat
     assert open_sinks(config, warnings.append) == []
     assert len(warnings) == 1 and warnings[0].startswith("warning: metrics sink tensorboard fail")
 
-    class Record:
-        rows = []
-
-        def write(self, row):
-            self.rows.append(row)
-
-        def close(self):
-            pass
-
     class Broken:
         name = "broken"
 
@@ -365,7 +360,7 @@ def test_a_sink_that_cannot_open_or_write_warns_once_and_the_csv_goes_on(tmp_pat
         def close(self):
             raise AssertionError("left out after its first failure")
 
-    record, warned = Record(), []
+    record, warned = ListRecord(), []
     sinks = MetricsSinks(record, [Broken()], warn=warned.append)
     for index in range(3):
         sinks.write({"round": index})

@@ -194,12 +194,16 @@ def test_pbt_refuses_a_key_whose_values_a_resume_cannot_take(files, tmp_path):
     policy actor (its widths, say) or another network (PPO's value network) is refused before
     anything starts, naming the key."""
     config, space = files
-    space.write_text(
+
+    def dry_run(space_text: str):
+        space.write_text(space_text)
+        return runner.invoke(app, ["tune", str(config), str(space), "--dry-run"])
+
+    result = dry_run(
         "space:\n  algo_params.learning_rate: {loguniform: [1.0e-4, 1.0e-3]}\n"
         "  algo_params.hidden_sizes: {choice: [[16, 16], [32, 32]]}\n"
         "search: {scheduler: pbt}\n"
     )
-    result = runner.invoke(app, ["tune", str(config), str(space), "--dry-run"])
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [
         f"error: {space}: space.algo_params.hidden_sizes: [32, 32] changes the policy actor's "
@@ -207,22 +211,20 @@ def test_pbt_refuses_a_key_whose_values_a_resume_cannot_take(files, tmp_path):
         "resumes from a checkpoint: search this key with scheduler: asha or none"
     ]
     # The value network is not in the actor semantics; a resume refuses other widths too.
-    space.write_text(
+    result = dry_run(
         "space: {algo_params.value_hidden_sizes: {choice: [[16, 16], [32]]}}\n"
         "search: {scheduler: pbt}\n"
     )
-    result = runner.invoke(app, ["tune", str(config), str(space), "--dry-run"])
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [
         f"error: {space}: space.algo_params.value_hidden_sizes: [32] changes ppo's "
         "value_network_hidden_sizes (a network beyond the policy actor), which a trial resuming "
         "from another's checkpoint cannot take: search this key with scheduler: asha or none"
     ]
-    space.write_text(
+    result = dry_run(
         "space: {algo_params.learning_rate: {loguniform: [1.0e-4, 1.0e-3]}}\n"
         "search: {scheduler: pbt, perturbation_evaluations: 1}\n"
     )
-    result = runner.invoke(app, ["tune", str(config), str(space), "--dry-run"])
     assert result.exit_code == 0, result.output
     assert "PBT: every 1 evaluation, the bottom 25% continue from the top 25%" in result.output
     assert "random" in result.output

@@ -40,17 +40,13 @@ from drlcli.runtime.training import train
 from drlcli.sinks import open_sinks
 
 
-def throughput(metrics_path: Path) -> float:
-    """Env steps per second from the first to the last row."""
+def throughput(metrics_path: Path) -> tuple[float, float]:
+    """Env steps per second and wall seconds per row (one round), from the first to the last
+    row."""
     rows = read_metrics(metrics_path)
     steps = float(rows[-1]["env_steps"]) - float(rows[0]["env_steps"])
-    return steps / (float(rows[-1]["wall_time_s"]) - float(rows[0]["wall_time_s"]))
-
-
-def seconds_per_row(metrics_path: Path) -> float:
-    """Wall seconds per metrics row (one round) from the first to the last row."""
-    rows = read_metrics(metrics_path)
-    return (float(rows[-1]["wall_time_s"]) - float(rows[0]["wall_time_s"])) / (len(rows) - 1)
+    seconds = float(rows[-1]["wall_time_s"]) - float(rows[0]["wall_time_s"])
+    return steps / seconds, seconds / (len(rows) - 1)
 
 
 def replayed_rows(metrics_path: Path, count: int) -> list[dict[str, Any]]:
@@ -127,9 +123,10 @@ def main() -> None:
                 metrics_path=str(folder / f"metrics_{name}_{repeat}.csv"),
             )
             train(config, quiet=True, console=Console(quiet=True))
-            measured[name].append(throughput(Path(config.metrics_path)))
+            steps_per_second, seconds_per_round = throughput(Path(config.metrics_path))
+            measured[name].append(steps_per_second)
             if name == "none":
-                round_seconds.append(seconds_per_row(Path(config.metrics_path)))
+                round_seconds.append(seconds_per_round)
                 last_plain = Path(config.metrics_path)
             print(f"repeat {repeat}, {name}: {measured[name][-1]:.0f} env steps/s", flush=True)
     baseline = statistics.median(measured["none"])
