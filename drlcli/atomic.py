@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import glob
 import os
 import shutil
@@ -18,8 +19,20 @@ from pathlib import Path
 from drlcli.errors import StorageError
 
 
+@functools.cache
 def _default_mode() -> int:
-    umask = os.umask(0)
+    """The mode a plain new file gets here: 0o666 less the process's umask. Read from
+    /proc where it can be (Linux): setting the umask to read it would, for that instant, make
+    every file another thread creates (a metrics sink's) world-writable; elsewhere it is set
+    and restored once, cached."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    umask = os.umask(0o077)  # the narrowest: a file made meanwhile is private, not open
     os.umask(umask)
     return 0o666 & ~umask
 

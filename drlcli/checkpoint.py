@@ -409,6 +409,12 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
 
 def corrupted_error(path: str | Path, payload: Mapping[str, Any]) -> CheckpointError:
     """The error of a payload ``check_content_hash`` refuses."""
+    if payload.get(CONTENT_HASH) is None and {"format_version", "actor_semantics"} <= set(payload):
+        return CheckpointError(
+            f"{path}: written by an older drl, before every checkpoint carried a content hash: "
+            "its integrity cannot be checked and the format has no migration; train again "
+            "with this drl (drl train CONFIG)"
+        )
     if payload.get(CONTENT_HASH) is None:
         return CheckpointError(
             f"{path}: carries no content hash, which drl writes into every checkpoint: the file "

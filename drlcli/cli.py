@@ -163,7 +163,7 @@ def train(
         bool,
         typer.Option(
             "--resume-replay",
-            help="FlashSAC: also refill the replay buffer saved beside CKPT "
+            help="FlashSAC, SAC: also refill the replay buffer saved beside CKPT "
             "(needs algo_params.save_replay_buffer: true in the run that wrote it).",
         ),
     ] = False,

@@ -176,6 +176,10 @@ class Config:
     """Run all num_gpus learners on CPU (the multi-learner topology without GPUs)."""
     max_rollout_actor_restarts: int = field(default=10, metadata=in_range(0, None))
     """Times Ray restarts each rollout actor whose process died before the run stops."""
+    learner_threads: int | None = field(default=None, metadata=positive())
+    """torch threads of each off-policy learner (FlashSAC, SAC) on CPU; null: the machine's
+    cores left by the run's other CPU processes (rollout actors, evaluator), shared by the
+    learners, at least 1."""
     total_env_steps: int = field(default=100_000, metadata=positive())
     """Training budget in environment steps, all rollout actors together."""
     rollout_length: int = field(default=2048, metadata=positive())

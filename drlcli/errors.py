@@ -58,14 +58,24 @@ class TrainingStopped(DrlError):
 
     Attributes:
         signal_name: ``SIGINT`` or ``SIGTERM``.
-        checkpoint: the latest checkpoint, to resume from (None: no round finished).
+        checkpoint: the checkpoint to resume from (None: the run has none yet).
+        during: what the run was doing when it was not training rounds (``"while starting"``,
+            ``"during the final evaluation"``); empty: after a round.
     """
 
-    def __init__(self, signal_name: str, signal_number: int, checkpoint: object, rounds: int):
+    def __init__(
+        self,
+        signal_name: str,
+        signal_number: int,
+        checkpoint: object,
+        rounds: int,
+        during: str = "",
+    ):
         self.signal_name, self.checkpoint = signal_name, checkpoint
         self.exit_code = 128 + signal_number
         where = f"checkpoint {checkpoint}" if checkpoint is not None else "no checkpoint yet"
-        super().__init__(f"stopped by {signal_name} after round {rounds}; {where}")
+        when = f"{during}, after round {rounds}" if during and rounds else during
+        super().__init__(f"stopped by {signal_name} {when or f'after round {rounds}'}; {where}")
 
 
 class StorageError(DrlError):

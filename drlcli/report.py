@@ -28,10 +28,11 @@ def render_dry_run(config: Config, console: Console) -> None:
     """Print the resolved config, the environment's spaces and the topology. Starts no Ray."""
     from drlcli.envs import env_facts as describe
     from drlcli.envs import make_env
-    from drlcli.runtime.nodes import check_runtime_env
+    from drlcli.runtime.nodes import check_runtime_env, import_py_modules_here
     from drlcli.topology import detect_available_devices, topology_for_config
 
     check_runtime_env(config.runtime_env)
+    import_py_modules_here(config.runtime_env)  # a task they register, as training sees it
     devices = detect_available_devices()
     topology = topology_for_config(config, devices)
     env = make_env(

@@ -159,3 +159,15 @@ def build_offset_gaussian(
         obs_dim, action_dim, action_low, action_high, (8,), "tanh", -3.0, offset=offset
     )
     return actor.to(device)
+
+
+class UncopyableActor(AuxLossActor):
+    """An actor that holds something ``copy.deepcopy`` cannot copy (a lock, a device handle):
+    drl's checks must probe it in place."""
+
+    def __deepcopy__(self, memo: dict) -> UncopyableActor:
+        raise TypeError("cannot pickle '_thread.lock' object")
+
+
+def build_uncopyable(*args: Any, **kwargs: Any) -> AuxLossActor:
+    return build(*args, actor_class=UncopyableActor, **kwargs)

@@ -250,3 +250,33 @@ class SlowEvaluationEnv(ImprovingEnv):
 
 if SLOW_EVALUATION_ENV_ID not in gymnasium.registry:
     gymnasium.register(SLOW_EVALUATION_ENV_ID, entry_point=SlowEvaluationEnv, max_episode_steps=8)
+
+
+DIE_IN_STATE_ENV_ID = "drltest/DieInState-v0"
+
+
+class DieInStateEnv(_AtStepEnv):
+    """Kills its process with SIGKILL when its state is read (``drlcli.env_state.env_state``,
+    which asks for ``unwrapped``) once it has made ``at_step`` steps: a rollout actor that dies
+    while the driver collects its state for the round's checkpoint. Only the first process to
+    get there dies (it creates ``marker``)."""
+
+    def __init__(self, at_step: int, marker: str, render_mode=None) -> None:
+        super().__init__(at_step)
+        self.marker = marker
+
+    def at_step_reached(self) -> None:
+        pass
+
+    @property
+    def unwrapped(self):
+        import os
+        import signal
+
+        if self.steps >= self.at_step and _claim(self.marker):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return self
+
+
+if DIE_IN_STATE_ENV_ID not in gymnasium.registry:
+    gymnasium.register(DIE_IN_STATE_ENV_ID, entry_point=DieInStateEnv)

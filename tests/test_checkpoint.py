@@ -279,7 +279,8 @@ def test_resume_refuses_other_value_network_widths(tmp_path, checkpoint_file):
     from drlcli.checkpoint import EnvRecord
     from drlcli.config import load_config
     from drlcli.errors import ConfigError
-    from drlcli.runtime.training import _load_for_resume, train
+    from drlcli.runtime.preflight import load_for_resume
+    from drlcli.runtime.training import train
 
     path = checkpoint_file()  # trained with hidden_sizes [8, 8] for both networks
     before = path.read_bytes()
@@ -303,7 +304,7 @@ def test_resume_refuses_other_value_network_widths(tmp_path, checkpoint_file):
     )
     payload = load_payload(path)
     facts = EnvRecord(**payload["env"]).facts()
-    _load_for_resume(path, load_config(config_path), payload["actor_semantics"], facts)
+    load_for_resume(path, load_config(config_path), payload["actor_semantics"], facts)
 
 
 def _learner_actor(change):
@@ -347,9 +348,13 @@ def test_resume_refuses_a_learner_whose_actor_does_not_fit_before_ray_starts(
 def test_resume_of_a_finished_run_is_refused_before_ray_or_any_output(tmp_path, checkpoint_file):
     from drlcli.config import load_config
     from drlcli.errors import UsageError
+    from drlcli.evaluation import EvaluationResult
     from drlcli.runtime.training import train
 
-    path = checkpoint_file()  # 6144 env steps trained
+    def evaluated(payload):  # the run ended: its final evaluation is recorded
+        payload["evaluation"] = EvaluationResult(6144, (10.0,), (5,)).to_dict()
+
+    path = checkpoint_file(evaluated)  # 6144 env steps trained
     before = path.read_bytes()
     config_path = tmp_path / "fixture.yaml"
     config_path.write_text(
@@ -375,14 +380,14 @@ def test_resume_accepts_reward_moments_of_either_format(tmp_path, checkpoint_fil
     from drlcli.algos.ppo.rollout_actor import rollout_actor_states
     from drlcli.checkpoint import EnvRecord
     from drlcli.config import load_config
-    from drlcli.runtime.training import _load_for_resume
+    from drlcli.runtime.preflight import load_for_resume
 
     config_path = tmp_path / "fixture.yaml"
     config_path.write_text("env: {id: InvertedPendulum-v5}\nalgo_params: {hidden_sizes: [8, 8]}\n")
     path = checkpoint_file(modify)
     payload = load_payload(path)
     facts = EnvRecord(**payload["env"]).facts()
-    stored = _load_for_resume(path, load_config(config_path), payload["actor_semantics"], facts)
+    stored = load_for_resume(path, load_config(config_path), payload["actor_semantics"], facts)
     assert rollout_actor_states(stored.learner_states[0])[0]["reward_scaler"]["count"] == 8.0
 
 
@@ -459,13 +464,23 @@ def test_a_checkpoint_without_evaluation_reads_and_one_without_content_hash_is_r
     torch.save(payload, path)
     with pytest.raises(CheckpointError) as error:
         read_checkpoint(path)
+    # A drl checkpoint in all else: one an older drl wrote, before the content hash.
     assert str(error.value) == (
-        f"{path}: carries no content hash, which drl writes into every checkpoint: the file is "
-        "damaged or was not written by drl; use another checkpoint"
+        f"{path}: written by an older drl, before every checkpoint carried a content hash: its "
+        "integrity cannot be checked and the format has no migration; train again with this "
+        "drl (drl train CONFIG)"
     )
     checks = {check.name: check for check in audit_checkpoint(path).checks}
     assert checks["content hash"].status == "FAIL"
     assert checks["content hash"].detail == "no content hash; drl writes one into every checkpoint"
+    del payload["actor_semantics"]  # nor drl's record: damaged, or not drl's
+    torch.save(payload, path)
+    with pytest.raises(CheckpointError) as error:
+        read_checkpoint(path)
+    assert str(error.value) == (
+        f"{path}: carries no content hash, which drl writes into every checkpoint: the file is "
+        "damaged or was not written by drl; use another checkpoint"
+    )
 
 
 def test_changed_bytes_are_reported_as_corruption_never_read_silently(checkpoint_file):

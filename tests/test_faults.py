@@ -72,6 +72,26 @@ def test_a_rollout_actor_killed_mid_round_is_restarted_and_the_run_completes(tmp
     assert all(torch.isfinite(t).all() for t in checkpoint.actor.values())
 
 
+@pytest.mark.parametrize(("algo", "at_step"), [("ppo", 41), ("flash_sac", 40)])
+def test_a_rollout_actor_killed_while_its_state_is_collected_is_a_restart(tmp_path, algo, at_step):
+    """Killed while the round's checkpoint collects its state (after round 1's 40 steps; PPO's
+    warm-up step before them): Ray restarts it, its fresh process's state is collected and the
+    run goes on, the restart counted in the next row."""
+    marker = tmp_path / "died"
+    config = dying_config(
+        tmp_path,
+        algo,
+        f"{{at_step: {at_step}, marker: '{marker}'}}",
+        total=320,
+        env="tests.range_envs:drltest/DieInState-v0",
+    )
+    summary, _ = run(config)
+    assert marker.exists() and summary.rounds == 2
+    rows = read_metrics(config.metrics_path)
+    assert [row["rollout_actor_restarts"] for row in rows] == ["0", "1"]
+    assert read_checkpoint(config.checkpoint_path).progress.round == 2
+
+
 def test_data_parallel_learners_start_updating_together_after_one_lost_transitions(tmp_path):
     """Learner 0's rollout actor dies before the replay buffers are ready: that learner holds
     two transitions fewer than the other, whose buffer is ready one step earlier; every update

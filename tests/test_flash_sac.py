@@ -405,6 +405,13 @@ def test_cuda_graph_auto_default_on_nvidia_refuses_a_custom_actor(monkeypatch):
     assert resolve_cuda_graph(SMALL, builtin, cuda) is True
     off = dataclasses.replace(SMALL, use_whole_cycle_cuda_graph=False)
     assert resolve_cuda_graph(off, custom, cuda) is False
+    # A driver with a CPU build of torch (a cluster's login node) judges the cluster's CUDA
+    # learners as they will run; a ROCm build's "cuda" is not NVIDIA's.
+    monkeypatch.setattr(torch.version, "cuda", None)
+    with pytest.raises(ConfigError, match="by default on NVIDIA CUDA"):
+        resolve_cuda_graph(SMALL, custom, cuda)
+    monkeypatch.setattr(torch.version, "hip", "6.2", raising=False)
+    assert resolve_cuda_graph(SMALL, custom, cuda) is False
     # CPU: auto is off; asking for the graph explicitly is an error.
     assert resolve_cuda_graph(SMALL, builtin, torch.device("cpu")) is False
     on = dataclasses.replace(SMALL, use_whole_cycle_cuda_graph=True)

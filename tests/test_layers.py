@@ -108,3 +108,21 @@ def test_the_graph_sees_local_imports():
     graph = import_graph()
     assert "drlcli.algos.registry" in graph["drlcli.actors.semantics"]
     assert "drlcli.actors.contract" in graph["drlcli.actors.spec"]  # build_policy_actor's
+
+
+def test_no_function_of_the_runtime_takes_more_than_eight_parameters():
+    """The runtime passes records (``RunContext``, ``LearnerContext``, ``TrainOptions``), not
+    long argument lists that every layer re-types."""
+    crowded = []
+    for path in sorted((PACKAGE / "runtime").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                arguments = node.args
+                names = [
+                    a.arg
+                    for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
+                    if a.arg not in ("self", "cls")
+                ]
+                if len(names) > 8:
+                    crowded.append(f"{path.name}:{node.lineno} {node.name} ({len(names)})")
+    assert crowded == []

@@ -107,7 +107,7 @@ def test_a_signal_in_the_middle_of_an_import_still_gets_its_notice(tmp_path, mon
             printed.append((text, half_imported_by_drl_test.VALUE))
 
     try:
-        with StopRequest(ImportingConsole()) as stop:  # type: ignore[arg-type]
+        with StopRequest(ImportingConsole()) as stop, stop.deferred():  # type: ignore[arg-type]
             import half_imported_by_drl_test  # noqa: F401
     finally:
         sys.modules.pop("half_imported_by_drl_test", None)

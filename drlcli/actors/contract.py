@@ -114,7 +114,7 @@ def validate_policy_actor(
             torch.as_tensor(action_low, dtype=torch.float32).reshape(-1),
             torch.as_tensor(action_high, dtype=torch.float32).reshape(-1),
         )
-    with _on_a_copy(actor) as probe:
+    with on_a_copy(actor) as probe:
         _smoke(probe, name, obs_dim, action_dim, bounds)
 
 
@@ -132,7 +132,7 @@ def validate_on_policy_actor(actor: Any, obs_dim: int) -> None:
             f"policy actor {name} lacks log_prob_and_entropy(obs, actions), which PPO needs "
             "(drlcli/actors/contract.py, OnPolicyActor)"
         )
-    with _on_a_copy(actor) as probe, torch.no_grad():
+    with on_a_copy(actor) as probe, torch.no_grad():
         obs = _smoke_observations(probe, obs_dim)
         actions, info = probe(obs, training=False)
         result = probe.log_prob_and_entropy(obs, actions)
@@ -154,7 +154,7 @@ def validate_on_policy_actor(actor: Any, obs_dim: int) -> None:
 
 
 @contextlib.contextmanager
-def _on_a_copy(actor: Any) -> Iterator[Any]:
+def on_a_copy(actor: Any) -> Iterator[Any]:
     """A deep copy to smoke-test (the actor, its parameters, buffers and exploration state stay
     as they were), or the actor itself, restored afterwards, when it cannot be copied; every
     global random stream is restored either way."""

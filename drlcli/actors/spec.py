@@ -11,13 +11,15 @@ rebuild the same actor from it (spawn safety), and a checkpoint can record it as
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import re
+import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
 from drlcli.config_fields import check_plain_data
-from drlcli.errors import ConfigError, PolicyActorContractError
+from drlcli.errors import ConfigError, DrlError, PolicyActorContractError, error_line
 
 SEMANTICS_SCHEMA_VERSION = 1
 SUPPORTED_SEMANTICS_VERSIONS = (1,)
@@ -94,12 +96,26 @@ def resolve_builder(spec: ActorSpec) -> Any:
             f"actor builder {spec.builder}: cannot import module {module_name!r} ({error}); "
             "it must be importable in every training process"
         ) from error
+    except Exception as error:  # SyntaxError, or the module's own code raised on import
+        raise PolicyActorContractError(
+            f"actor builder {spec.builder}: importing module {module_name!r} failed "
+            f"({_where(error)}{error_line(error)})"
+        ) from error
     builder = getattr(module, attribute, None)
     if not callable(builder):
         raise PolicyActorContractError(
             f"actor builder {spec.builder}: module {module_name!r} has no callable {attribute!r}"
         )
     return builder
+
+
+def _where(error: BaseException) -> str:
+    """``"at file:line: "`` of the innermost frame an exception (or a SyntaxError's source)
+    names, or empty."""
+    if isinstance(error, SyntaxError) and error.filename:
+        return f"at {error.filename}:{error.lineno}: "
+    frames = traceback.extract_tb(error.__traceback__)
+    return f"at {frames[-1].filename}:{frames[-1].lineno}: " if frames else ""
 
 
 def build_policy_actor(
@@ -115,11 +131,23 @@ def build_policy_actor(
     from drlcli.actors.contract import validate_policy_actor
 
     builder = resolve_builder(spec)
+    arguments = {"obs_dim": obs_dim, "action_dim": action_dim, "device": device, **spec.kwargs}
     try:
-        actor = builder(obs_dim=obs_dim, action_dim=action_dim, device=device, **spec.kwargs)
+        inspect.signature(builder).bind(**arguments)
     except TypeError as error:
         raise PolicyActorContractError(
-            f"actor builder {spec.builder} rejected its arguments ({error})"
+            f"actor builder {spec.builder} rejected its arguments ({error}); it is called as "
+            "builder(obs_dim=, action_dim=, device=, **kwargs)"
+        ) from error
+    except ValueError:  # no signature to read (a builtin): the call itself tells
+        pass
+    try:
+        actor = builder(**arguments)
+    except DrlError:
+        raise
+    except Exception as error:  # the builder's own code failed: say where, in one line
+        raise PolicyActorContractError(
+            f"actor builder {spec.builder} raised {_where(error)}{error_line(error)}"
         ) from error
     validate_policy_actor(actor, obs_dim, action_dim, action_low, action_high)
     return actor

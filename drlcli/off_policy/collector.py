@@ -93,11 +93,16 @@ class EnvStepperPool(Protocol):
         ...
 
     def state_dicts(self) -> list[dict[str, Any]]:
-        """``EnvStepper.state_dict`` of every stepper."""
+        """``EnvStepper.state_dict`` of every stepper (``envs``, ``process_id``, ``obs``)."""
         ...
 
     def load_state_dicts(self, states: list[dict[str, Any]]) -> None:
         """``EnvStepper.load_state_dict`` of every stepper, in order."""
+        ...
+
+    def replaced(self, position: int, process_id: int) -> bool:
+        """Whether stepper ``position``'s process, which answered from ``process_id``, is not
+        the one that made its last step (counted as a restart)."""
         ...
 
 
@@ -124,6 +129,9 @@ class LocalStepperPool:
     def load_state_dicts(self, states: list[dict[str, Any]]) -> None:
         for stepper, state in zip(self.steppers, states, strict=True):
             stepper.load_state_dict(state)
+
+    def replaced(self, position: int, process_id: int) -> bool:
+        return False  # one process: nothing is restarted
 
 
 class OffPolicyCollector:
@@ -257,7 +265,7 @@ class OffPolicyCollector:
             "return_scaler": self.reward_scaler.state_dict(),
             "transitions": self.transitions,
             "collection": {
-                "steppers": self.steppers.state_dicts(),
+                "steppers": self._stepper_states(),
                 "obs": self.obs.copy(),
                 "dones": self.dones.copy(),
                 "discounted_return": self.reward_scaler.discounted_return.copy(),
@@ -276,6 +284,24 @@ class OffPolicyCollector:
                 "explore": exploration_state(self.learner.actor),
             },
         }
+
+    def _stepper_states(self) -> list[dict[str, Any]]:
+        """The steppers' states to store. A stepper whose process was replaced since its last
+        step (its process id changed) starts fresh episodes: as after a step lost to a restart
+        (``EnvStepperPool.wait``), its envs continue from the fresh observations, with their
+        episodes and discounted returns ended, so that the checkpoint records what this run
+        does next."""
+        states = self.steppers.state_dicts()
+        n = len(self.obs) // len(states)
+        for position, state in enumerate(states):
+            replaced = self.steppers.replaced(position, state.pop("process_id"))
+            fresh = state.pop("obs")
+            if replaced:
+                envs = slice(position * n, (position + 1) * n)
+                self.obs[envs] = fresh
+                self.dones[envs] = True
+                self.reward_scaler.discounted_return[envs] = 0.0
+        return states
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.learner.load_state_dict(state)

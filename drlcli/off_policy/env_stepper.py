@@ -26,8 +26,14 @@ class EnvStepper:
         return self.envs.obs.astype(np.float32)
 
     def state_dict(self) -> dict[str, Any]:
-        """The episodes in progress (``EnvBatch.state_dict``), for an exact resume."""
-        return {"envs": self.envs.state_dict()}
+        """The episodes in progress (``EnvBatch.state_dict``), for an exact resume, and the
+        ``process_id`` (which tells the caller a replaced process; it is not stored) and
+        the current observations (``obs``: what a replaced process starts from)."""
+        return {
+            "envs": self.envs.state_dict(),
+            "process_id": os.getpid(),
+            "obs": self.observations(),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> dict[str, Any]:
         """Continue the episodes ``state_dict`` recorded; returns ``{process_id}``."""

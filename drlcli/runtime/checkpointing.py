@@ -122,6 +122,8 @@ class Checkpointing:
         progress: the run's counters, shared with the run loop (which advances them).
         save_replay: writes the replay buffer to a path (``ReplaySaving.save_replay``), or None
             when the run does not save it.
+        resumed: the checkpoint the run resumed from: the latest until a round ends (a run
+            stopped during its final evaluation resumes to that evaluation alone).
     """
 
     def __init__(
@@ -132,12 +134,13 @@ class Checkpointing:
         facts: EnvFacts,
         progress: RunProgress,
         save_replay: Callable[[Path], None] | None = None,
+        resumed: Checkpoint | None = None,
     ) -> None:
         self.algorithm, self.config, self.actor, self.facts = algorithm, config, actor, facts
         self.progress = progress
         self.save_replay = save_replay
         self.best = BestCheckpoint(config.best_checkpoint_path, progress)
-        self.latest: Checkpoint | None = None  # as last written
+        self.latest: Checkpoint | None = resumed  # as last written
 
     def round_ended(
         self,
@@ -165,10 +168,6 @@ class Checkpointing:
         if self.save_replay is not None:
             self.save_replay(replay_path(self.config.checkpoint_path))
         return self.latest
-
-    def offer_evaluated(self, result: EvaluationResult, checkpoint: Checkpoint) -> None:
-        """An evaluation that finished after the last round (written with ``run_ended``)."""
-        self.best.offer_evaluated(result, checkpoint)
 
     def run_ended(self, final_evaluation: EvaluationResult) -> Checkpoint:
         """Record the final policy's evaluation in the latest checkpoint (and offer it as a

@@ -11,7 +11,6 @@ evaluation at the end of a run waits.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -131,19 +130,14 @@ class EvaluationRunner:
         self.pending = None
         return self._result(ref, checkpoint), checkpoint
 
-    def final_evaluation(
-        self,
-        latest: Checkpoint,
-        on_result: Callable[[EvaluationResult, Checkpoint], None],
-    ) -> EvaluationResult:
-        """The evaluation of the run's final weights (``latest``'s), after the one in flight,
-        if any, came back (handed to ``on_result`` with its checkpoint): that one when it
-        evaluated the same weights, else one run now."""
+    def final_evaluation(self, latest: Checkpoint) -> EvaluationResult:
+        """The evaluation of the run's final weights (``latest``'s): the one in flight when it
+        evaluates them, else one run now. One of an earlier round's weights still in flight
+        (a stop rule ended the run) is dropped: its row is written, and the best follows
+        only the evaluations the metrics CSV records."""
         evaluated = self.collect(wait=True)
-        if evaluated is not None:
-            on_result(*evaluated)
-            if evaluated[1].progress.env_steps == latest.progress.env_steps:
-                return evaluated[0]
+        if evaluated is not None and evaluated[1].progress.env_steps == latest.progress.env_steps:
+            return evaluated[0]
         return self.evaluate_now(latest)
 
     def evaluate_now(self, checkpoint: Checkpoint) -> EvaluationResult:

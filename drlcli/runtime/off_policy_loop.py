@@ -16,7 +16,7 @@ from drlcli.errors import CheckpointError
 from drlcli.metrics import average_metrics
 from drlcli.off_policy.resume import learner_states_for, replays_for
 from drlcli.runtime.evaluation import evaluator_has_own_process
-from drlcli.runtime.ray_session import actor_id_of, process_resources
+from drlcli.runtime.ray_session import ProcessOwner, actor_id_of, process_resources
 from drlcli.runtime.ray_session import get_or_raise as _get
 from drlcli.runtime.restarts import RestartCounter, restartable_actor_options
 
@@ -29,6 +29,14 @@ class OffPolicyRoundLoop:
     update averages their gradients (``param_sync_interval`` is PPO's)."""
 
     def __init__(self, run: RunContext) -> None:
+        self.processes = ProcessOwner()
+        try:
+            self._start(run)
+        except BaseException:  # a failure part-way (or Ctrl-C) stops what was started
+            self.close()
+            raise
+
+    def _start(self, run: RunContext) -> None:
         import ray
 
         from drlcli.off_policy.env_stepper import EnvStepper
@@ -42,27 +50,34 @@ class OffPolicyRoundLoop:
         self.off_policy = get_algorithm(config.algo).off_policy
         if self.off_policy is None:
             raise TypeError(f"{config.algo} declares no off_policy entry for OffPolicyRoundLoop")
-        resources = process_resources(topology, evaluator_has_own_process(config, type(self)))
+        resources = process_resources(
+            topology, evaluator_has_own_process(config, type(self)), config.learner_threads
+        )
         restartable = restartable_actor_options(config.max_rollout_actor_restarts)
+        started = self.processes.started
         self.steppers = [
-            ray.remote(EnvStepper)
-            .options(**resources.rollout_actor, **restartable)
-            .remote(index, config.env)
+            started(
+                ray.remote(EnvStepper)
+                .options(**resources.rollout_actor, **restartable)
+                .remote(index, config.env)
+            )
             for index in range(topology.num_actors)
         ]
         self.workers = []
         for learner_index in range(topology.num_learners):
             owned = list(topology.actors_of_learner(learner_index))
             self.workers.append(
-                ray.remote(OffPolicyLearnerWorker)
-                .options(**resources.learner)
-                .remote(
-                    run.learner_context(learner_index),
-                    self.off_policy,
-                    [self.steppers[index] for index in owned],
-                    config.env.num_envs,
-                    resources.learner_torch_threads,
-                    RestartCounter(config.max_rollout_actor_restarts, owned),
+                started(
+                    ray.remote(OffPolicyLearnerWorker)
+                    .options(**resources.learner)
+                    .remote(
+                        run.learner_context(learner_index),
+                        self.off_policy,
+                        [self.steppers[index] for index in owned],
+                        config.env.num_envs,
+                        resources.learner_torch_threads,
+                        RestartCounter(config.max_rollout_actor_restarts, owned),
+                    )
                 )
             )
         self.roles = {actor_id_of(w): f"learner {i}" for i, w in enumerate(self.workers)}
@@ -135,7 +150,4 @@ class OffPolicyRoundLoop:
         return self.workers[0], "learner 0"
 
     def close(self) -> None:
-        import ray
-
-        for handle in [*self.workers, *self.steppers]:
-            ray.kill(handle)
+        self.processes.close()

@@ -8,6 +8,7 @@ Their state methods have the names every learner process has: ``network_state`` 
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,6 @@ from drlcli.runtime.ray_session import (
     WorkerDied,
     get_or_raise,
     get_when_restarted,
-    worker_error,
 )
 from drlcli.runtime.restarts import RestartCounter
 
@@ -72,18 +72,11 @@ class RayStepperPool:
     def _result_or_restart(self, position: int) -> dict[str, Any]:
         """Stepper ``position``'s step, or, where its process died, the fresh process's first
         observations with every env's transition ``lost``."""
-        import ray
-
         try:
-            return ray.get(self._futures[position])
-        except ray.exceptions.RayActorError as error:
-            self._count_death(position, worker_error(error))
-        while True:  # a process that dies again before it answers is one restart more
-            try:
-                fresh = get_when_restarted(self.handles[position].observations.remote)
-                break
-            except WorkerDied as death:
-                self._count_death(position, death)
+            return get_or_raise(self._futures[position])
+        except WorkerDied as death:
+            self._count_death(position, death)
+        fresh = self._when_restarted(position, self.handles[position].observations.remote)
         return {
             "next_obs": fresh,
             "final_obs": fresh,
@@ -95,13 +88,48 @@ class RayStepperPool:
             "lost": np.ones(self.num_envs, dtype=bool),
         }
 
+    def replaced(self, position: int, process_id: int) -> bool:
+        if self.restarts.pids[position] is None:  # died in a call since its last step
+            self.restarts.pids[position] = process_id
+            return True
+        return self.restarts.restarted_unseen(position, process_id)
+
     def state_dicts(self) -> list[dict[str, Any]]:
-        return get_or_raise([handle.state_dict.remote() for handle in self.handles])
+        """Every stepper's state; one whose process died in the call is restarted and its
+        fresh process's state returned (``replaced`` then tells the collector)."""
+        return [
+            self._answer(position, call, self.handles[position].state_dict.remote)
+            for position, call in enumerate([h.state_dict.remote() for h in self.handles])
+        ]
 
     def load_state_dicts(self, states: list[dict[str, Any]]) -> None:
-        calls = [h.load_state_dict.remote(s) for h, s in zip(self.handles, states, strict=True)]
-        for position, answer in enumerate(get_or_raise(calls)):
+        """Every stepper continues a stored state; one whose process dies meanwhile is
+        restarted and given its state again (the resume stays exact)."""
+        loads = [
+            partial(h.load_state_dict.remote, s) for h, s in zip(self.handles, states, strict=True)
+        ]
+        calls = [load() for load in loads]
+        for position, call in enumerate(calls):
+            answer = self._answer(position, call, loads[position])
             self.restarts.restarted_unseen(position, answer["process_id"])  # the pid to watch
+
+    def _answer(self, position: int, call: Any, again: Any) -> dict[str, Any]:
+        """What stepper ``position``'s ``call`` returns; where its process died, the answer of
+        ``again()`` on the restarted process (each death one restart)."""
+        try:
+            return get_or_raise(call)
+        except WorkerDied as death:
+            self._count_death(position, death)
+        return self._when_restarted(position, again)
+
+    def _when_restarted(self, position: int, call: Any) -> Any:
+        """``call()``'s answer once stepper ``position``'s restarted process takes calls; a
+        process that dies again before it answers is one restart more."""
+        while True:
+            try:
+                return get_when_restarted(call)
+            except WorkerDied as death:
+                self._count_death(position, death)
 
     def _count_death(self, position: int, death: Any) -> None:
         if not isinstance(death, WorkerDied) or death.init_failed:

@@ -11,6 +11,7 @@ from drlcli.metrics import average_metrics
 from drlcli.normalization import RmsState, merge_rms_states
 from drlcli.runtime.evaluation import evaluator_has_own_process
 from drlcli.runtime.ray_session import (
+    ProcessOwner,
     WorkerDied,
     actor_id_of,
     get_when_restarted,
@@ -29,6 +30,14 @@ class PPORoundLoop:
     """
 
     def __init__(self, run: RunContext) -> None:
+        self.processes = ProcessOwner()
+        try:
+            self._start(run)
+        except BaseException:  # a failure part-way (or Ctrl-C) stops what was started
+            self.close()
+            raise
+
+    def _start(self, run: RunContext) -> None:
         import ray
 
         from drlcli.algos.ppo.rollout_actor import MuJoCoActor
@@ -42,26 +51,33 @@ class PPORoundLoop:
         params = config.algo_params
         resources = process_resources(topology, evaluator_has_own_process(config, type(self)))
         stored_rms = None if stored is None else stored.obs_rms_state
-        self.parameter_server = ray.remote(ParameterServer).options(num_cpus=0).remote(stored_rms)
+        started = self.processes.started
+        self.parameter_server = started(
+            ray.remote(ParameterServer).options(num_cpus=0).remote(stored_rms)
+        )
         self.learners = [
-            ray.remote(PPOLearnerWorker)
-            .options(**resources.learner)
-            .remote(
-                spec,
-                facts.obs_dim,
-                facts.action_dim,
-                params,
-                topology.learner_device,
-                config.env.seed,
-                run.plan,
+            started(
+                ray.remote(PPOLearnerWorker)
+                .options(**resources.learner)
+                .remote(
+                    spec,
+                    facts.obs_dim,
+                    facts.action_dim,
+                    params,
+                    topology.learner_device,
+                    config.env.seed,
+                    run.plan,
+                )
             )
             for _ in range(topology.num_learners)
         ]
         restartable = restartable_actor_options(config.max_rollout_actor_restarts)
         self.rollout_actors = [
-            ray.remote(MuJoCoActor)
-            .options(**resources.rollout_actor, **restartable)
-            .remote(index, config.env, spec, params, config.gamma)
+            started(
+                ray.remote(MuJoCoActor)
+                .options(**resources.rollout_actor, **restartable)
+                .remote(index, config.env, spec, params, config.gamma)
+            )
             for index in range(topology.num_actors)
         ]
         self.restarts = RestartCounter(
@@ -211,11 +227,18 @@ class PPORoundLoop:
         """The global observation statistics and every learner's resumable state, with the
         states of its rollout actors (``rollout_actors``: ``MuJoCoActor.state_dict()`` each, in
         the order of ``Topology.actors_of_learner``: their episodes, random streams and reward
-        statistics, an exact resume)."""
+        statistics, an exact resume). A rollout actor that died since its sample is restarted
+        (``_answer``) and the checkpoint records its fresh process: new episodes, the reward
+        statistics of the round."""
         obs_rms = self.parameter_server.get_obs_rms.remote()
         rollout_refs = [actor.state_dict.remote() for actor in self.rollout_actors]
         states = _get([learner.state_dict.remote() for learner in self.learners], self.roles)
-        rollout_states = _get(rollout_refs, self.roles)
+        rollout_states = [
+            self._answer(index, rollout_refs[index], self.rollout_actors[index].state_dict.remote)
+            for index in range(len(self.rollout_actors))
+        ]
+        for rollout_state in rollout_states:
+            del rollout_state["process_id"]
         for learner_index, state in enumerate(states):
             owned = self.topology.actors_of_learner(learner_index)
             state["rollout_actors"] = [rollout_states[a] for a in owned]
@@ -257,23 +280,19 @@ class PPORoundLoop:
             self._restore_reward_scalers([s.get("reward_scaler") for s in actor_states])
             return
         self.reward_moments = [s.get("reward_scaler") for s in actor_states]
-        calls = [
-            actor.load_state_dict.remote(actor_states[index])
+        loads = [
+            partial(actor.load_state_dict.remote, actor_states[index])
             for index, actor in enumerate(self.rollout_actors)
         ]
-        for index, answer in enumerate(_get(calls, self.roles)):
-            self.restarts.restarted_unseen(index, answer["process_id"])  # the pid to watch
+        calls = [load() for load in loads]
+        for index, call in enumerate(calls):  # a process that dies meanwhile loads it again
+            self._answer(index, call, loads[index])
 
     def _restore_reward_scalers(self, moments: list[dict[str, Any] | None]) -> None:
         """Rollout actor ``i`` continues its reward statistics from ``moments[i]``."""
         self.reward_moments = list(moments)
-        _get(
-            [
-                actor.restore_reward_scaler.remote(moments[index])
-                for index, actor in enumerate(self.rollout_actors)
-            ],
-            self.roles,
-        )
+        for index in range(len(self.rollout_actors)):
+            self._restore(index)
 
     def evaluation_host(self) -> tuple[Any, str]:
         """Rollout actor 0 (``EvaluationHost.evaluate_policy``): a run without periodic evaluation
@@ -281,7 +300,4 @@ class PPORoundLoop:
         return self.rollout_actors[0], "rollout actor 0"
 
     def close(self) -> None:
-        import ray
-
-        for handle in [self.parameter_server, *self.learners, *self.rollout_actors]:
-            ray.kill(handle)
+        self.processes.close()

@@ -3,14 +3,13 @@ broken custom actor fails here, in the driver, in one line."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from drlcli.actors.contract import declared_inference_memory
+from drlcli.actors.contract import declared_inference_memory, on_a_copy
 from drlcli.actors.memory import module_memory_bytes
 from drlcli.actors.semantics import actor_semantics
 from drlcli.actors.spec import ActorSpec, build_policy_actor
@@ -56,11 +55,8 @@ def probe_actor(algorithm: Algorithm, config: Config, facts: EnvFacts) -> Probed
 
 
 def _aux_loss_names(actor: Any, obs_dim: int) -> list[str]:
-    """The actor's auxiliary-loss names, from one training-mode forward on a copy."""
-    probe = copy.deepcopy(actor)
-    rng = torch.get_rng_state()
-    try:
+    """The actor's auxiliary-loss names, from one training-mode forward on a copy (or on the
+    actor itself, restored afterwards, when it cannot be copied: ``on_a_copy``)."""
+    with on_a_copy(actor) as probe:
         _, info = probe(torch.zeros(2, obs_dim), training=True)
-    finally:
-        torch.set_rng_state(rng)
     return sorted(info.get("aux_losses") or {})

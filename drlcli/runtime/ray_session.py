@@ -6,12 +6,23 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
+import socket
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from drlcli.errors import ConfigError, DrlError, TrainingError, error_line, first_line
+from drlcli.errors import (
+    ConfigError,
+    DrlError,
+    TrainingError,
+    UsageError,
+    error_line,
+    first_line,
+)
+from drlcli.runtime.ray_head import LocalRayHead
 from drlcli.runtime.restarts import death_reason
 from drlcli.topology import TrainingTopology
 
@@ -22,8 +33,10 @@ def ray_session(
 ) -> Iterator[None]:
     """Start a quiet local Ray (no dashboard, no usage stats) or join ``address``.
 
-    A Ray already initialised by the caller (tests share one session) is used as it is and left
-    running; a Ray started here is shut down on exit, on error and on Ctrl-C.
+    A local Ray runs in a process of its own session (``LocalRayHead``: a terminal's Ctrl-C or
+    a SIGTERM to the driver's process group reaches the driver, not Ray). A Ray already
+    initialised by the caller (tests share one session) is used as it is and left running; a
+    Ray started here is shut down on exit, on error and on Ctrl-C.
 
     Args:
         address: ``host:port`` or ``auto`` of a running cluster; None starts a local one.
@@ -32,6 +45,7 @@ def ray_session(
 
     Raises:
         ConfigError: a runtime environment, with a Ray that the caller started.
+        UsageError: no Ray cluster answers at ``address``.
     """
     import ray
 
@@ -45,24 +59,70 @@ def ray_session(
         return
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    options = {
-        "include_dashboard": False,
+    options: dict[str, Any] = {
         "logging_level": logging.ERROR,
         "log_to_driver": False,
         "configure_logging": True,
     }
     if runtime_env:
         options["runtime_env"] = runtime_env
-    if address:
-        ray.init(address=address, **options)
-    else:
-        # "local": a Ray of its own even where `ray start` left a cluster on this machine (Ray
-        # would join that one, and refuse num_cpus).
-        ray.init(address="local", num_cpus=num_cpus, **options)
+    with contextlib.ExitStack() as stack:
+        if address:
+            target = address
+            options["include_dashboard"] = False
+        else:
+            head = LocalRayHead(num_cpus)
+            stack.callback(head.close)
+            target = head.address()
+        with _own_sigterm_handler():
+            _init(target, options, joining=bool(address))
+        stack.callback(ray.shutdown)
+        yield
+
+
+@contextlib.contextmanager
+def _own_sigterm_handler() -> Iterator[None]:
+    """Keep this process's SIGTERM handler: ``ray.init`` replaces it with one that exits at
+    once (a run's handler finishes the round in progress first)."""
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if main else None
     try:
         yield
     finally:
-        ray.shutdown()
+        if main and previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _init(address: str, options: dict[str, Any], joining: bool) -> None:
+    """``ray.init``; where no cluster answers at a joined ``address``, one line on why."""
+    import ray
+
+    try:
+        if joining:
+            _check_reachable(address)
+        ray.init(address=address, **options)
+    except OSError as error:  # ConnectionError, TimeoutError, an unknown host
+        if not joining:
+            raise TrainingError(f"the local Ray did not answer ({error_line(error)})") from None
+        raise UsageError(
+            f"no Ray cluster answers at {address!r} ({error_line(error)}); start one "
+            "(ray start --head) or give its address with --address; without --address and "
+            "RAY_ADDRESS, drl starts a Ray of its own on this machine"
+        ) from None
+
+
+def _check_reachable(address: str) -> None:
+    """A ``host:port`` address must accept a connection: Ray itself retries a dead address for
+    minutes before it gives up. (``auto`` and ``ray://`` addresses are Ray's to resolve.)
+
+    Raises:
+        ConnectionError: nothing listens there.
+    """
+    host, _, port = address.rpartition(":")
+    if "://" in address or not host or not port.isdigit():
+        return
+    with socket.create_connection((host, int(port)), timeout=10):
+        pass
 
 
 @dataclass(frozen=True)
@@ -96,7 +156,7 @@ def cpu_share(node_cpus: list[float], processes: int) -> float:
 
 
 def process_resources(
-    topology: TrainingTopology, evaluator_process: bool = True
+    topology: TrainingTopology, evaluator_process: bool = True, learner_threads: int | None = None
 ) -> ProcessResources:
     """One GPU per CUDA learner; one CPU per rollout actor, per CPU learner and for the
     evaluator (its request is ``rollout_actor``'s; ``evaluator_process``: whether it has a
@@ -106,7 +166,12 @@ def process_resources(
 
     Inside a placement group (a ``drl tune`` trial: Ray Tune reserves each trial's resources as
     one), every process is placed in that group and the shares fit its bundles instead of the
-    nodes: a run never takes CPUs another trial reserved."""
+    nodes: a run never takes CPUs another trial reserved.
+
+    ``learner_threads`` (config ``learner_threads``) sets each learner's torch threads; None
+    gives the learners the cores this machine (a trial: its CPUs) has beside the run's other
+    CPU processes, at least one each: a learner with every core beside busy rollout actors
+    waits on them (scripts/bench/learner_threads.py)."""
     import ray
     from ray.util import get_current_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -140,9 +205,35 @@ def process_resources(
         cpu_share=share,
         cpu_processes=cpu_processes,
         cluster_cpus=sum(node_cpus),
-        # This machine's cores (a trial: its CPUs) split among the learners.
-        learner_torch_threads=max(1, int(machine_cpus) // topology.num_learners),
+        learner_torch_threads=learner_threads
+        or max(
+            1,
+            (int(machine_cpus) - (cpu_processes - (0 if cuda else topology.num_learners)))
+            // topology.num_learners,
+        ),
     )
+
+
+class ProcessOwner:
+    """The Ray actors one owner (a round loop, the evaluator) started, so that ``close`` stops
+    every one started so far, also when the owner's constructor fails part-way."""
+
+    def __init__(self) -> None:
+        self.handles: list[Any] = []
+
+    def started(self, handle: Any) -> Any:
+        """Own ``handle`` (a Ray actor handle just created); returns it."""
+        self.handles.append(handle)
+        return handle
+
+    def close(self) -> None:
+        """Kill every owned actor, the last started first (one already gone is skipped)."""
+        import ray
+
+        while self.handles:
+            handle = self.handles.pop()
+            with contextlib.suppress(Exception):  # its process or the session is gone already
+                ray.kill(handle)
 
 
 class WorkerDied(TrainingError):

@@ -13,10 +13,15 @@ from typing import Any, Protocol
 
 from drlcli.errors import error_line
 
+RUN_OUTCOMES = ("finished", "failed", "stopped")
+"""How a run ended, as ``run_ended`` tells a sink: its plan done (or a stop rule ended it),
+an error, or a signal."""
+
 
 class MetricsSink(Protocol):
     """What a sink implements; it may also have ``final_evaluation(result, env_steps)``, called
-    once with the run's final evaluation (an ``EvaluationResult``) before ``close``."""
+    once with the run's final evaluation (an ``EvaluationResult``) before ``close``, and
+    ``run_ended(outcome)`` (one of ``RUN_OUTCOMES``), called just before ``close``."""
 
     def write(self, row: Mapping[str, Any]) -> None:
         """One round's row (the run's columns; None where there is nothing to report)."""
@@ -67,10 +72,13 @@ class MetricsSinks:
                 except Exception as error:
                     self._drop(sink, "failed", error)
 
-    def close(self) -> None:
-        """Close the optional sinks, then the record (whose error propagates)."""
+    def close(self, outcome: str = "finished") -> None:
+        """Close the optional sinks (telling those that take it how the run ended), then the
+        record (whose error propagates)."""
         for sink in list(self.optional):
             try:
+                if hasattr(sink, "run_ended"):
+                    sink.run_ended(outcome)
                 sink.close()
             except Exception as error:
                 self._drop(sink, "failed to close", error)

@@ -119,12 +119,17 @@ class MlflowSink:
     def final_evaluation(self, result: EvaluationResult, env_steps: int) -> None:
         self._log(result.metrics(), env_steps, prefix="final/")
 
+    def run_ended(self, outcome: str) -> None:
+        """MLflow's status of the run: FINISHED, FAILED, or KILLED for a stopped one."""
+        self.status = {"failed": "FAILED", "stopped": "KILLED"}.get(outcome, "FINISHED")
+
     def close(self) -> None:
         self._flush()
         for path in (self.config.checkpoint_path, self.config.best_checkpoint_path):
             if Path(path).exists():
                 self.calls.submit(self.client.log_artifact, self.run_id, str(path), "checkpoints")
-        self.calls.submit(self.client.set_terminated, self.run_id)
+        status = getattr(self, "status", "FINISHED")
+        self.calls.submit(self.client.set_terminated, self.run_id, status)
         self.calls.close()
 
     def _log(self, values: Mapping[str, Any], step: int, prefix: str) -> None:

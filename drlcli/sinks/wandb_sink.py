@@ -74,6 +74,10 @@ class WandbSink:
         values = logged_values(result.metrics())
         self.calls.submit(self._summarise, {f"final/{key}": value for key, value in values.items()})
 
+    def run_ended(self, outcome: str) -> None:
+        """W&B marks a run that exits non-zero as failed (a stopped one too: it can resume)."""
+        self.exit_code = 0 if outcome == "finished" else 1
+
     def close(self) -> None:
         self.calls.submit(self._finish)
         self.calls.close()
@@ -88,7 +92,7 @@ class WandbSink:
         self.run.summary.update(values)
 
     def _finish(self) -> None:
-        self.run.finish()
+        self.run.finish(exit_code=getattr(self, "exit_code", 0))
 
 
 def log_video(config: Config, video: Path) -> str | None:

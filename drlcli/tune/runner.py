@@ -266,7 +266,7 @@ def run_search(
                 ranked.append((float(metrics[OBJECTIVE]), trial, values))
         ranked.sort(key=lambda item: -item[0])
         results_csv = folder / "results.csv"
-        write_results_csv(results_csv, sorted(rows, key=lambda row: -(row["objective"] or -1e300)))
+        write_results_csv(results_csv, by_objective(rows))
         if not ranked:
             raise TrainingError(
                 f"no trial of the search finished an evaluation; see {results_csv} and the "
@@ -300,6 +300,12 @@ def write_search_file(plan: TrialPlan, path: Path) -> None:
     settings["retrain_seeds"] = list(settings["retrain_seeds"])
     record = {"config": plan.base, "space": space, "search": settings}
     path.write_text(yaml.safe_dump(record, sort_keys=False))
+
+
+def by_objective(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The results rows, best objective first; those without one (None) last. An objective
+    of exactly 0.0 is one."""
+    return sorted(rows, key=lambda row: (row["objective"] is None, -(row["objective"] or 0.0)))
 
 
 def _retrain(plan: TrialPlan, top, folder: Path, resources: Any, quiet: bool) -> list:

@@ -31,7 +31,9 @@ def resolve_cuda_graph(
     import torch
 
     device = torch.device(device)
-    nvidia = device.type == "cuda" and torch.version.cuda is not None
+    # A "cuda" learner is NVIDIA's unless this torch is a ROCm build: a driver with a CPU build
+    # of torch (a cluster's login node) judges its cluster's CUDA learners as they will run.
+    nvidia = device.type == "cuda" and getattr(torch.version, "hip", None) is None
     if params.use_whole_cycle_cuda_graph is None:
         if nvidia and spec.builder != FLASH_SAC_BUILDER and learners == 1:
             raise ConfigError(

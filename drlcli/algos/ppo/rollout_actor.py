@@ -256,10 +256,12 @@ class MuJoCoActor(EvaluationHost):
         (the sampling noise), the reward scaler's running moments (``reward_scaler``:
         ``RewardScaler.state_dict()``, None where scaling is off or before any step) and each
         env's discounted return. With it a resumed run samples what the uninterrupted one would
-        have (Method.md)."""
+        have (Method.md). ``process_id`` tells the driver a restarted process (it is not
+        stored)."""
         scaler = self.reward_scaler
         return {
             "actor_id": self.actor_id,
+            "process_id": os.getpid(),
             "envs": self.envs.state_dict(),
             "torch_rng": torch.get_rng_state(),
             "reward_scaler": None if scaler is None else scaler.state_dict(),

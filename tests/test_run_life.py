@@ -1,0 +1,246 @@
+"""A run owns its whole life: a signal to ``drl train``'s whole process group (a terminal's
+Ctrl-C, ``timeout(1)``, ``kill -- -PGID``) at each phase of PPO, FlashSAC and SAC runs.
+
+Each run is held at its phase by its environment (tests/range_envs.py: ``PauseAt`` holds a
+rollout actor's step until released, ``SlowEvaluation`` makes the final evaluation last), then
+signalled. Setup stops at once, a round in progress finishes; the exit status is 128 + the
+signal, the last line says how to continue, the checkpoint verifies, and no process the run
+started is left."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from drlcli.checkpoint import load_payload, read_checkpoint
+from drlcli.config import load_config
+from drlcli.metrics import read_metrics
+
+pytestmark = pytest.mark.subprocess
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+ENV = {
+    **os.environ,
+    "COLUMNS": "200",
+    "RAY_ADDRESS": "",
+    "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+}
+PAUSE = "tests.range_envs:drltest/PauseAt-v0"
+SLOW_EVALUATION = "tests.range_envs:drltest/SlowEvaluation-v0"
+
+ALGO_PARAMS = {
+    "ppo": "{num_epochs: 1, num_minibatches: 2, hidden_sizes: [16, 16]}",
+    "flash_sac": (
+        "{batch_size: 16, warmup_steps: 20, actor_hidden_dim: 16, actor_num_blocks: 1, "
+        "critic_hidden_dim: 16, critic_num_blocks: 1, num_bins: 11}"
+    ),
+    "sac": "{batch_size: 16, warmup_steps: 20, hidden_sizes: [16, 16]}",
+}
+ROLLOUT_LENGTH = {"ppo": 64, "flash_sac": 40, "sac": 40}
+
+
+def write_config(folder: Path, algo: str, env: str, rounds: int) -> Path:
+    """A run of ``rounds`` rounds of one env in one rollout actor, evaluated once at its end."""
+    path = folder / f"{algo}.yaml"
+    path.write_text(
+        f"algo: {algo}\n"
+        f"env: {{{env}, num_envs: 1, seed: 2}}\n"
+        f"total_env_steps: {rounds * ROLLOUT_LENGTH[algo]}\n"
+        f"rollout_length: {ROLLOUT_LENGTH[algo]}\n"
+        "evaluation: {episodes: 1}\n"
+        f"output_dir: {folder / 'out'}\n"
+        f"algo_params: {ALGO_PARAMS[algo]}\n"
+    )
+    return path
+
+
+def paused_at(step: int, markers: Path) -> str:
+    return f"id: '{PAUSE}', kwargs: {{at_step: {step}, marker_dir: '{markers}'}}"
+
+
+class Driver:
+    """``drl train`` in a process group of its own (as a shell's job), and every process it
+    started, seen while it runs."""
+
+    def __init__(self, *args: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "drlcli", "train", "--quiet", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=ENV,
+            start_new_session=True,
+        )
+        self.started: set[int] = set()
+
+    def watch(self) -> None:
+        """Note the processes the driver started so far (Ray's under its own head)."""
+        try:
+            children = psutil.Process(self.process.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return
+        self.started |= {child.pid for child in children}
+
+    def wait_until(self, condition, what: str, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            self.watch()
+            assert self.process.poll() is None, f"exited before {what}: " + self.stderr()
+            assert time.monotonic() < deadline, f"never {what}"
+            time.sleep(0.05)
+        self.watch()
+
+    def signal_group(self, sent: signal.Signals) -> None:
+        os.killpg(self.process.pid, sent)
+
+    def finish(self, timeout: float = 120.0) -> tuple[int, str, str]:
+        try:
+            stdout, stderr = self.process.communicate(timeout=timeout)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+        return self.process.returncode, stdout, " ".join(stderr.split())
+
+    def stderr(self) -> str:
+        self.process.kill()
+        return self.process.communicate()[1][-3000:]
+
+    def leftovers(self, timeout: float = 30.0) -> set[int]:
+        """The processes it started that are still alive (waits for them to go)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            alive = {pid for pid in self.started if _alive(pid)}
+            if not alive or time.monotonic() > deadline:
+                return alive
+            time.sleep(0.2)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def ray_head_started(driver: Driver) -> bool:
+    driver.watch()
+    for pid in driver.started:
+        try:
+            if "drlcli.runtime.ray_head" in " ".join(psutil.Process(pid).cmdline()):
+                return True
+        except psutil.NoSuchProcess:
+            continue
+    return False
+
+
+@pytest.mark.parametrize(("algo", "sent"), [("ppo", signal.SIGINT), ("flash_sac", signal.SIGTERM)])
+def test_a_signal_while_ray_starts_stops_at_once(tmp_path, algo, sent):
+    path = write_config(tmp_path, algo, "id: InvertedPendulum-v5", rounds=3)
+    driver = Driver(str(path))
+    driver.wait_until(lambda: ray_head_started(driver), "started Ray")
+    driver.signal_group(sent)
+    code, _, stderr = driver.finish()
+    assert code == 128 + sent, stderr
+    assert f"stopped by {sent.name} while starting; no checkpoint yet" in stderr
+    assert "Traceback" not in stderr
+    assert not load_config(path).checkpoint_path.exists()
+    assert driver.leftovers() == set()
+
+
+def test_a_signal_during_ppo_warm_up_stops_at_once(tmp_path):
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    path = write_config(tmp_path, "ppo", paused_at(10, markers), rounds=3)  # warm-up: 64 steps
+    driver = Driver(str(path))
+    driver.wait_until(lambda: any(markers.glob("reached-*")), "held in the warm-up")
+    driver.signal_group(signal.SIGTERM)
+    code, _, stderr = driver.finish()
+    assert code == 143, stderr
+    assert "stopped by SIGTERM while starting; no checkpoint yet" in stderr
+    assert "Traceback" not in stderr
+    assert driver.leftovers() == set()
+
+
+@pytest.mark.parametrize(
+    ("algo", "at_step", "sent"),
+    [
+        ("ppo", 64 + 64 + 20, signal.SIGINT),  # warm-up, round 1, then round 2
+        ("flash_sac", 40 + 20, signal.SIGTERM),
+        ("sac", 40 + 20, signal.SIGINT),
+    ],
+)
+def test_a_signal_mid_round_finishes_the_round_then_stops(tmp_path, algo, at_step, sent):
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    path = write_config(tmp_path, algo, paused_at(at_step, markers), rounds=6)
+    config = load_config(path)
+    driver = Driver(str(path))
+    driver.wait_until(lambda: any(markers.glob("reached-*")), "held in round 2")
+    driver.signal_group(sent)
+    time.sleep(1.0)  # the signal is in before the round goes on
+    (markers / "release").touch()
+    code, stdout, stderr = driver.finish()
+    assert code == 128 + sent, stderr
+    assert f"{sent.name}: stopping after this round" in stdout
+    assert (
+        f"stopped by {sent.name} after round 2; checkpoint {config.checkpoint_path}; "
+        f"continue with: drl train {path} --resume {config.checkpoint_path}"
+    ) in stderr
+    assert "Traceback" not in stderr
+    assert read_checkpoint(config.checkpoint_path).progress.round == 2  # verifies
+    assert len(read_metrics(config.metrics_path)) == 2
+    assert driver.leftovers() == set()
+
+
+@pytest.mark.parametrize(
+    ("algo", "sent", "group"),
+    [
+        ("ppo", signal.SIGTERM, True),
+        ("flash_sac", signal.SIGINT, True),
+        ("sac", signal.SIGTERM, False),  # the driver alone
+    ],
+)
+def test_a_signal_in_the_final_evaluation_stops_and_resume_evaluates(tmp_path, algo, sent, group):
+    """The final evaluation is interrupted at once; ``--resume`` of the fully trained
+    checkpoint then runs that evaluation alone and records it."""
+    env = f"id: '{SLOW_EVALUATION}', kwargs: {{reset_delay_s: 3.0}}"
+    path = write_config(tmp_path, algo, env, rounds=2)
+    config = load_config(path)
+
+    def trained() -> bool:
+        try:
+            return load_payload(config.checkpoint_path)["progress"]["round"] == 2
+        except Exception:  # not written yet, or being replaced
+            return False
+
+    driver = Driver(str(path))
+    driver.wait_until(trained, "trained its rounds")
+    time.sleep(0.5)
+    if group:
+        driver.signal_group(sent)
+    else:
+        driver.process.send_signal(sent)
+    code, _, stderr = driver.finish()
+    assert code == 128 + sent, stderr
+    assert (
+        f"stopped by {sent.name} during the final evaluation, after round 2; checkpoint "
+        f"{config.checkpoint_path}; continue with: drl train {path} --resume "
+        f"{config.checkpoint_path}"
+    ) in stderr
+    assert read_checkpoint(config.checkpoint_path).evaluation is None
+    assert driver.leftovers() == set()
+
+    resumed = Driver(str(path), "--resume", str(config.checkpoint_path))
+    code, stdout, stderr = resumed.finish(timeout=180)
+    assert code == 0, stderr
+    assert "final evaluation" in stdout
+    finished = read_checkpoint(config.checkpoint_path)
+    assert finished.progress.round == 2 and finished.evaluation is not None
+    assert len(read_metrics(config.metrics_path)) == 2  # no round trained again
