@@ -136,6 +136,49 @@ def test_past_the_restart_limit_the_run_stops_naming_the_actor_and_the_checkpoin
     assert [row["round"] for row in read_metrics(config.metrics_path)] == ["1", "2"]
 
 
+@pytest.mark.parametrize(
+    ("algo", "loop_module", "failing_step"),
+    [
+        ("ppo", "drlcli.runtime.ppo_loop", "PPORoundLoop._warm_up_observations"),
+        ("flash_sac", "drlcli.runtime.off_policy_loop", "OffPolicyRoundLoop.__init__"),
+    ],
+)
+def test_a_round_loop_that_fails_part_way_leaves_no_process(
+    tmp_path, monkeypatch, algo, loop_module, failing_step
+):
+    """The round loop's constructor fails after its actors started (PPO: in the observation
+    warm-up; off-policy: loading the stored states, here the learners' first call): every actor
+    it started is stopped, in the test session's shared Ray too."""
+    import importlib
+
+    module = importlib.import_module(loop_module)
+    class_name, method = failing_step.split(".")
+    loop_class = getattr(module, class_name)
+    before = set(ray_processes("ray::"))
+
+    def fail(*args, **kwargs):
+        raise TrainingError("a call failed part-way")
+
+    if method == "__init__":  # fail once the processes exist: at the learners' first call
+        monkeypatch.setattr("drlcli.runtime.off_policy_loop._get", lambda *a, **k: fail())
+    else:
+        monkeypatch.setattr(loop_class, method, fail)
+    config = dying_config(tmp_path, algo, "{at_step: 100000}", total=160)
+    with pytest.raises(TrainingError, match="a call failed part-way"):
+        run(config)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        left = {
+            pid: title
+            for pid, title in ray_processes("ray::").items()
+            if pid not in before and not title.startswith("ray::IDLE")
+        }
+        if not left:
+            break
+        time.sleep(0.2)
+    assert left == {}
+
+
 def test_restart_counter_counts_deaths_and_replaced_processes_up_to_the_limit():
     counter = RestartCounter(limit=2, actor_ids=[4, 5])
     assert not counter.restarted_unseen(0, pid=100)  # first call: nothing to compare

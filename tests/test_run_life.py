@@ -244,3 +244,26 @@ def test_a_signal_in_the_final_evaluation_stops_and_resume_evaluates(tmp_path, a
     finished = read_checkpoint(config.checkpoint_path)
     assert finished.progress.round == 2 and finished.evaluation is not None
     assert len(read_metrics(config.metrics_path)) == 2  # no round trained again
+
+
+def test_an_address_where_no_cluster_answers_is_one_line(tmp_path):
+    """A stale --address (or RAY_ADDRESS): one line at once, not a traceback after Ray's
+    minutes of retries."""
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    path = write_config(tmp_path, "ppo", "id: InvertedPendulum-v5", rounds=1)
+    result = subprocess.run(
+        [sys.executable, "-m", "drlcli", "train", str(path), "--address", f"127.0.0.1:{port}"],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr
+    assert lines[0].startswith(f"error: no Ray cluster answers at '127.0.0.1:{port}' (")
+    assert "start one (ray start --head) or give its address with --address" in lines[0]

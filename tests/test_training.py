@@ -238,6 +238,29 @@ def test_processes_share_the_cpus_of_a_cluster_that_has_too_few():
     assert roomy.cpu_share == 1.0 and roomy.learner == {"num_gpus": 1.0}
 
 
+def test_an_off_policy_learner_gets_the_cores_the_other_processes_leave(monkeypatch):
+    """learner_threads null: the machine's cores less the run's other CPU processes (rollout
+    actors, the evaluator), shared by the CPU learners, at least one each
+    (scripts/bench/learner_threads.py: a learner on every core beside its env stepper made
+    0.6-0.8 times the updates of one on the core left to it)."""
+    from drlcli.runtime.ray_session import process_resources
+    from drlcli.topology import TrainingTopology
+
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    threads = [
+        process_resources(TrainingTopology(*shape), evaluator, None).learner_torch_threads
+        for shape, evaluator in [
+            ((1, 1, "cpu", 1), False),  # 16 cores, 1 env stepper: 15
+            ((1, 4, "cpu", 4), True),  # 4 steppers and the evaluator: 11 left
+            ((2, 2, "cpu", 2), True),  # two learners of 2 steppers each share 11: 5 each
+            ((1, 1, "cuda", 1), True),  # a CUDA learner: 16 - 2
+            ((1, 40, "cpu", 40), True),  # more processes than cores: still 1
+        ]
+    ]
+    assert threads == [15, 11, 5, 14, 1]
+    assert process_resources(TrainingTopology(1, 1, "cpu", 1), True, 3).learner_torch_threads == 3
+
+
 @pytest.mark.parametrize(
     ("node_cpus", "processes", "share"),
     [
