@@ -496,7 +496,6 @@ def test_a_death_while_a_rollout_actor_is_restored_is_one_restart_more(
 def test_an_env_stepper_that_dies_again_while_it_comes_back_is_one_restart_more(monkeypatch):
     """FlashSAC's learner: the same for a stepper whose fresh observations are fetched."""
     import numpy
-    import ray
 
     import drlcli.runtime.off_policy_workers as workers
     from drlcli.runtime.restarts import RestartCounter
@@ -508,17 +507,11 @@ def test_an_env_stepper_that_dies_again_while_it_comes_back_is_one_restart_more(
     handle = type("Handle", (), {"observations": Failed()})()
     pool = workers.RayStepperPool([handle], 2, RestartCounter(3, [0]))
     pool._futures = ["in flight"]
-    died = ray.exceptions.ActorDiedError()
 
-    def get(ref):
-        raise died
+    def get(ref, roles=None):  # the step in flight: its process died
+        raise workers.WorkerDied("stepper died", "actor-0", "pid 1: killed", False)
 
-    monkeypatch.setattr(ray, "get", get)
-    monkeypatch.setattr(
-        workers,
-        "worker_error",
-        lambda error: workers.WorkerDied("stepper died", "actor-0", "pid 1: killed", False),
-    )
+    monkeypatch.setattr(workers, "get_or_raise", get)
     dying = _Dying(1, "actor-0")
 
     def fresh_observations(call):

@@ -1,11 +1,13 @@
 """A run owns its whole life: a signal to ``drl train``'s whole process group (a terminal's
-Ctrl-C, ``timeout(1)``, ``kill -- -PGID``) at each phase of PPO, FlashSAC and SAC runs.
+Ctrl-C, ``timeout(1)``, ``kill -- -PGID``) at each phase of PPO, FlashSAC and SAC runs: Ray's
+start, PPO's warm-up, the first round, a later round, a checkpoint's write, the final
+evaluation.
 
 Each run is held at its phase by its environment (tests/range_envs.py: ``PauseAt`` holds a
-rollout actor's step until released, ``SlowEvaluation`` makes the final evaluation last), then
-signalled. Setup stops at once, a round in progress finishes; the exit status is 128 + the
-signal, the last line says how to continue, the checkpoint verifies, and no process the run
-started is left."""
+rollout actor's step until released, ``SlowEvaluation`` makes the final evaluation last) or, for
+a checkpoint's write, by tests/hold_checkpoint_write/sitecustomize.py, then signalled. Setup
+stops at once, a round in progress finishes; the exit status is 128 + the signal, the last line
+says how to continue, the checkpoint verifies, and no process the run started is left."""
 
 from __future__ import annotations
 
@@ -69,13 +71,13 @@ class Driver:
     """``drl train`` in a process group of its own (as a shell's job), and every process it
     started, seen while it runs."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "drlcli", "train", "--quiet", *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env=ENV,
+            env={**ENV, **(env or {})},
             start_new_session=True,
         )
         self.started: set[int] = set()
@@ -140,7 +142,9 @@ def ray_head_started(driver: Driver) -> bool:
     return False
 
 
-@pytest.mark.parametrize(("algo", "sent"), [("ppo", signal.SIGINT), ("flash_sac", signal.SIGTERM)])
+@pytest.mark.parametrize(  # before any process of an algorithm: the same for all three
+    ("algo", "sent"), [("ppo", signal.SIGINT), ("flash_sac", signal.SIGTERM)]
+)
 def test_a_signal_while_ray_starts_stops_at_once(tmp_path, algo, sent):
     path = write_config(tmp_path, algo, "id: InvertedPendulum-v5", rounds=3)
     driver = Driver(str(path))
@@ -168,34 +172,68 @@ def test_a_signal_during_ppo_warm_up_stops_at_once(tmp_path):
     assert driver.leftovers() == set()
 
 
-@pytest.mark.parametrize(
-    ("algo", "at_step", "sent"),
+WARM_UP_STEPS = {"ppo": 64, "flash_sac": 0, "sac": 0}  # PPO's observation warm-up
+
+
+@pytest.mark.parametrize(  # FlashSAC and SAC share the off-policy round loop
+    ("algo", "held_round", "sent"),
     [
-        ("ppo", 64 + 64 + 20, signal.SIGINT),  # warm-up, round 1, then round 2
-        ("flash_sac", 40 + 20, signal.SIGTERM),
-        ("sac", 40 + 20, signal.SIGINT),
+        ("ppo", 1, signal.SIGTERM),
+        ("ppo", 2, signal.SIGINT),
+        ("flash_sac", 2, signal.SIGTERM),
+        ("sac", 1, signal.SIGINT),
     ],
 )
-def test_a_signal_mid_round_finishes_the_round_then_stops(tmp_path, algo, at_step, sent):
+def test_a_signal_mid_round_finishes_the_round_then_stops(tmp_path, algo, held_round, sent):
     markers = tmp_path / "markers"
     markers.mkdir()
+    length = ROLLOUT_LENGTH[algo]
+    at_step = WARM_UP_STEPS[algo] + (held_round - 1) * length + length // 3
     path = write_config(tmp_path, algo, paused_at(at_step, markers), rounds=6)
-    config = load_config(path)
     driver = Driver(str(path))
-    driver.wait_until(lambda: any(markers.glob("reached-*")), "held in round 2")
+    driver.wait_until(lambda: any(markers.glob("reached-*")), f"held in round {held_round}")
     driver.signal_group(sent)
     time.sleep(1.0)  # the signal is in before the round goes on
     (markers / "release").touch()
+    assert_stopped_after_round(driver, path, sent, held_round)
+
+
+@pytest.mark.parametrize(("algo", "sent"), [("ppo", signal.SIGINT), ("sac", signal.SIGTERM)])
+def test_a_signal_while_a_checkpoint_is_written_finishes_the_round(tmp_path, algo, sent):
+    """Held after round 2's checkpoint data is written, before it replaces round 1's
+    (tests/hold_checkpoint_write/sitecustomize.py)."""
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    path = write_config(tmp_path, algo, "id: InvertedPendulum-v5", rounds=6)
+    hook = str(Path(__file__).parent / "hold_checkpoint_write")
+    driver = Driver(
+        str(path),
+        env={
+            "PYTHONPATH": os.pathsep.join([hook, ENV["PYTHONPATH"]]),
+            "DRL_TEST_HOLD_WRITE": str(markers),
+        },
+    )
+    driver.wait_until((markers / "reached").exists, "held in round 2's checkpoint write")
+    driver.signal_group(sent)
+    time.sleep(1.0)
+    (markers / "release").touch()
+    assert_stopped_after_round(driver, path, sent, 2)
+
+
+def assert_stopped_after_round(driver: Driver, path: Path, sent: signal.Signals, rounds: int):
+    """The round in progress finished: its row and checkpoint are written and agree, the
+    checkpoint verifies, one line says how to continue, and nothing is left running."""
+    config = load_config(path)
     code, stdout, stderr = driver.finish()
     assert code == 128 + sent, stderr
     assert f"{sent.name}: stopping after this round" in stdout
     assert (
-        f"stopped by {sent.name} after round 2; checkpoint {config.checkpoint_path}; "
+        f"stopped by {sent.name} after round {rounds}; checkpoint {config.checkpoint_path}; "
         f"continue with: drl train {path} --resume {config.checkpoint_path}"
     ) in stderr
     assert "Traceback" not in stderr
-    assert read_checkpoint(config.checkpoint_path).progress.round == 2  # verifies
-    assert len(read_metrics(config.metrics_path)) == 2
+    assert read_checkpoint(config.checkpoint_path).progress.round == rounds  # verifies
+    assert len(read_metrics(config.metrics_path)) == rounds
     assert driver.leftovers() == set()
 
 

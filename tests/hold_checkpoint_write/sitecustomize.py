@@ -1,0 +1,36 @@
+"""On ``PYTHONPATH`` of a ``drl train`` started by tests/test_run_life.py: holds the run in
+the middle of writing a checkpoint, so that a signal lands there.
+
+With ``DRL_TEST_HOLD_WRITE=<marker folder>``, the ``round``-th write of a latest checkpoint
+(``model_<name>.pt``; ``DRL_TEST_HOLD_ROUND``, default 2) stops after its data is written and
+before the file replaces the previous one: it creates ``<folder>/reached`` and waits (at most
+120 s) for ``<folder>/release``.
+"""
+
+import os
+
+if os.environ.get("DRL_TEST_HOLD_WRITE"):
+    import contextlib
+    import time
+
+    import drlcli.atomic as _atomic
+
+    _original = _atomic.atomic_output
+    _writes = []
+
+    @contextlib.contextmanager
+    def _held(path):
+        with _original(path) as temp:
+            yield temp
+            name = os.path.basename(str(path))
+            if name.startswith("model_") and name.endswith(".pt") and "_best" not in name:
+                _writes.append(name)
+                if len(_writes) == int(os.environ.get("DRL_TEST_HOLD_ROUND", "2")):
+                    folder = os.environ["DRL_TEST_HOLD_WRITE"]
+                    open(os.path.join(folder, "reached"), "w").close()
+                    deadline = time.monotonic() + 120
+                    release = os.path.join(folder, "release")
+                    while not os.path.exists(release) and time.monotonic() < deadline:
+                        time.sleep(0.05)
+
+    _atomic.atomic_output = _held
