@@ -31,11 +31,8 @@ class PPORoundLoop:
 
     def __init__(self, run: RunContext) -> None:
         self.processes = ProcessOwner()
-        try:
+        with self.processes.closed_on_failure():  # also on Ctrl-C part-way
             self._start(run)
-        except BaseException:  # a failure part-way (or Ctrl-C) stops what was started
-            self.close()
-            raise
 
     def _start(self, run: RunContext) -> None:
         import ray

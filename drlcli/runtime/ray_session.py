@@ -226,6 +226,15 @@ class ProcessOwner:
         self.handles.append(handle)
         return handle
 
+    @contextlib.contextmanager
+    def closed_on_failure(self) -> Iterator[ProcessOwner]:
+        """Kill the actors started so far where the block fails or is interrupted."""
+        try:
+            yield self
+        except BaseException:
+            self.close()
+            raise
+
     def close(self) -> None:
         """Kill every owned actor, the last started first (one already gone is skipped)."""
         import ray
