@@ -113,7 +113,9 @@ def fake_slurm(tmp_path):
                 "DRL_VENV": str(venv),
                 "RAY_PORT": str(port),
                 "RAY_HEAD_WAIT_S": "20",
-                "RAY_WORKER_WAIT_S": "0",
+                # The workers' pause, as the launcher's default of 10 s gives them to join: at
+                # 0 a loaded machine ran drl (and the teardown) before a worker's ray start.
+                "RAY_WORKER_WAIT_S": "2",
             }
 
         def __call__(self, *args, nodes=("node1", "node2", "node3"), drl="ok", wait=True, env=None):
@@ -169,7 +171,7 @@ def test_dry_run_prints_the_cluster_and_the_search_and_starts_nothing(fake_slurm
         "--num-gpus=2 --block &",
         f"srun --nodes=1 --ntasks=1 -w node3 ray start --address={head} --num-cpus=8 "
         "--num-gpus=2 --block &",
-        "sleep 0",
+        "sleep 2",
         f"drl tune my\\ run.yaml space.yaml --trials 6 --address {head} --quiet",
         "srun --overlap --nodes=3 --ntasks-per-node=1 -w node1,node2,node3 ray stop --force",
     ]
