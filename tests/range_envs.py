@@ -280,3 +280,37 @@ class DieInStateEnv(_AtStepEnv):
 
 if DIE_IN_STATE_ENV_ID not in gymnasium.registry:
     gymnasium.register(DIE_IN_STATE_ENV_ID, entry_point=DieInStateEnv)
+
+
+DIE_IN_RESTORE_ENV_ID = "drltest/DieInRestore-v0"
+
+
+class DieInRestoreEnv(_AtStepEnv):
+    """Kills its process with SIGKILL when a stored state is put back into it
+    (``drlcli.env_state.load_env_state`` sets ``np_random``; Gymnasium's seeded reset does not):
+    a rollout actor or env stepper that dies while a resumed run restores it. Only the first
+    process to get there dies (it creates ``marker``)."""
+
+    def __init__(self, marker: str, render_mode=None) -> None:
+        super().__init__(at_step=0)
+        self.marker = marker
+
+    def at_step_reached(self) -> None:
+        pass
+
+    @property
+    def np_random(self):
+        return gymnasium.Env.np_random.fget(self)
+
+    @np_random.setter
+    def np_random(self, value) -> None:
+        import os
+        import signal
+
+        if _claim(self.marker):
+            os.kill(os.getpid(), signal.SIGKILL)
+        gymnasium.Env.np_random.fset(self, value)
+
+
+if DIE_IN_RESTORE_ENV_ID not in gymnasium.registry:
+    gymnasium.register(DIE_IN_RESTORE_ENV_ID, entry_point=DieInRestoreEnv)

@@ -51,10 +51,17 @@ def cluster_processes(temp_dir: str) -> list[psutil.Process]:
 
 
 @contextlib.contextmanager
-def two_node_cluster(head_cpus: int = 2, ray_config: dict[str, str] | None = None):
+def two_node_cluster(
+    head_cpus: int = 2,
+    ray_config: dict[str, str] | None = None,
+    head_gpus: int = 0,
+    second_node: bool = True,
+):
     """(address, temp dir) of a two-node Ray on 127.0.0.1 (node b with 2 CPUs); every process
     it started is stopped by PID afterwards. ``ray_config``: Ray system settings for both
-    nodes, as ``RAY_<name>`` environment variables of ``ray start``."""
+    nodes, as ``RAY_<name>`` environment variables of ``ray start``. ``head_gpus``: GPUs the
+    head advertises (Ray takes the count as given: this machine has none). Without
+    ``second_node``, the head alone."""
     env = {**ENV, **{f"RAY_{name}": value for name, value in (ray_config or {}).items()}}
     temp_dir = tempfile.mkdtemp(prefix="drlray", dir="/tmp")  # short: socket paths
     port = free_port()
@@ -68,6 +75,7 @@ def two_node_cluster(head_cpus: int = 2, ray_config: dict[str, str] | None = Non
                 "--head",
                 f"--port={port}",
                 f"--num-cpus={head_cpus}",
+                f"--num-gpus={head_gpus}",
                 "--include-dashboard=false",
                 "--disable-usage-stats",
                 '--resources={"drltest_node_a": 1}',
@@ -78,20 +86,21 @@ def two_node_cluster(head_cpus: int = 2, ray_config: dict[str, str] | None = Non
             capture_output=True,
             timeout=120,
         )
-        subprocess.run(
-            [
-                RAY,
-                "start",
-                f"--address={address}",
-                "--num-cpus=2",
-                '--resources={"drltest_node_b": 1}',
-                *common,
-            ],
-            env=env,
-            check=True,
-            capture_output=True,
-            timeout=120,
-        )
+        if second_node:
+            subprocess.run(
+                [
+                    RAY,
+                    "start",
+                    f"--address={address}",
+                    "--num-cpus=2",
+                    '--resources={"drltest_node_b": 1}',
+                    *common,
+                ],
+                env=env,
+                check=True,
+                capture_output=True,
+                timeout=120,
+            )
         yield address, temp_dir
     finally:
         for process in cluster_processes(temp_dir):
@@ -165,6 +174,40 @@ def test_drl_train_joins_a_two_node_cluster_and_its_rollout_actors_use_both(
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(read_metrics(tmp_path / "out" / f"metrics_{algo}.csv")) == 2
     assert len(rollout_actor_nodes(address, rollout_class)) == 2
+
+
+def test_learner_device_rules_are_judged_on_the_clusters_gpus_once_joined(tmp_path):
+    """The driver (this machine) has no GPU; the cluster it joins advertises one. FlashSAC's
+    automatic whole-cycle CUDA graph then means a CUDA learner, which a custom actor cannot
+    run in: refused in one line after joining, before any rollout actor or learner starts,
+    where the driver's own hardware would have let it through to fail inside learner 0."""
+    config = tmp_path / "custom.yaml"
+    config.write_text(
+        "algo: flash_sac\nenv: {id: InvertedPendulum-v5, num_envs: 1}\n"
+        f"total_env_steps: 80\nrollout_length: 40\noutput_dir: {tmp_path / 'out'}\n"
+        "algo_params:\n  batch_size: 16\n  warmup_steps: 40\n  critic_hidden_dim: 8\n"
+        "  critic_num_blocks: 1\n  num_bins: 11\n"
+        "  actor_config:\n    builder: tests.custom_actors:build\n"
+        "    kwargs: {action_low: [-3.0], action_high: [3.0], hidden_dim: 8}\n"
+    )
+    command = [sys.executable, "-m", "drlcli", "train", str(config), "--quiet"]
+    with two_node_cluster(head_gpus=1, second_node=False) as (address, temp_dir):
+        done = subprocess.run(
+            [*command, "--address", address], env=ENV, capture_output=True, text=True, timeout=240
+        )
+        started = {
+            " ".join(process.cmdline())
+            for process in cluster_processes(temp_dir)
+            if process.is_running()
+        }
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert done.stderr.strip() == (
+        "error: algo_params.use_whole_cycle_cuda_graph is on (by default on NVIDIA CUDA) but "
+        "actor_config names a custom actor, which cannot be captured; set "
+        "use_whole_cycle_cuda_graph: false"
+    )
+    assert not any("EnvStepper" in line or "LearnerWorker" in line for line in started), started
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
 # The shipped package records where each process imported it from. A node of this one-machine

@@ -92,6 +92,60 @@ def test_a_rollout_actor_killed_while_its_state_is_collected_is_a_restart(tmp_pa
     assert read_checkpoint(config.checkpoint_path).progress.round == 2
 
 
+@pytest.mark.parametrize("algo", ["ppo", "flash_sac"])
+def test_a_rollout_actor_killed_while_a_resumed_state_is_restored_is_a_restart(tmp_path, algo):
+    """Resumed after round 1, one process dies while its stored episodes are put back
+    (``DieInRestore``): Ray restarts it, the driver (PPO) or learner (FlashSAC) gives the
+    fresh process the same stored state, and the run completes with the restart counted."""
+    marker = tmp_path / "died"
+    kwargs = f"{{marker: '{marker}'}}"
+    env = "tests.range_envs:drltest/DieInRestore-v0"
+    config = dying_config(tmp_path, algo, kwargs, total=160, env=env)
+    run(config)
+    assert not marker.exists()  # nothing was restored in the first run
+    config = dying_config(tmp_path, algo, kwargs, total=320, env=env)
+    summary = train(config, resume=config.checkpoint_path, quiet=True, devices=NO_GPU)
+    assert marker.exists() and summary.rounds == 2 and summary.env_steps == 320
+    rows = read_metrics(config.metrics_path)
+    assert [row["rollout_actor_restarts"] for row in rows] == ["0", "1"]
+    assert read_checkpoint(config.checkpoint_path).progress.round == 2
+
+
+def test_a_learner_killed_while_it_saves_its_replay_buffer_names_the_checkpoint(
+    tmp_path, monkeypatch
+):
+    """The learner dies after round 2's checkpoint is written, before its replay buffer is
+    saved: one line naming the round and the checkpoint to resume from (which verifies)."""
+    import drlcli.runtime.checkpointing as checkpointing
+
+    params = PARAMS["flash_sac"].replace("}", ", save_replay_buffer: true}")
+    config = dying_config(tmp_path, "flash_sac", "{at_step: 100000}", total=640, params=params)
+    writes: list[int] = []
+    original = checkpointing.write_checkpoint
+
+    def write_then_kill_the_learner(path, checkpoint):
+        original(path, checkpoint)
+        if path == config.checkpoint_path:  # not the best checkpoint's
+            writes.append(checkpoint.progress.round)
+        if writes == [1, 2]:
+            for pid in ray_processes("ray::OffPolicyLearnerWorker"):
+                process = psutil.Process(pid)
+                process.kill()
+                process.wait(30)
+
+    monkeypatch.setattr(checkpointing, "write_checkpoint", write_then_kill_the_learner)
+    with pytest.raises(TrainingError) as error:
+        run(config)
+    message = str(error.value)
+    assert re.fullmatch(
+        r"round 2: learner 0 died \(pid \d+: .*\); the last good checkpoint is "
+        + re.escape(str(config.checkpoint_path)),
+        message,
+    ), message
+    assert read_checkpoint(config.checkpoint_path).progress.round == 2
+    assert [row["round"] for row in read_metrics(config.metrics_path)] == ["1", "2"]
+
+
 def test_data_parallel_learners_start_updating_together_after_one_lost_transitions(tmp_path):
     """Learner 0's rollout actor dies before the replay buffers are ready: that learner holds
     two transitions fewer than the other, whose buffer is ready one step earlier; every update

@@ -1,7 +1,7 @@
-"""A run owns its whole life: a signal to ``drl train``'s whole process group (a terminal's
-Ctrl-C, ``timeout(1)``, ``kill -- -PGID``) at each phase of PPO, FlashSAC and SAC runs: Ray's
-start, PPO's warm-up, the first round, a later round, a checkpoint's write, the final
-evaluation.
+"""A run owns its whole life: SIGINT or SIGTERM to ``drl train``'s whole process group (a
+terminal's Ctrl-C, ``timeout(1)``, ``kill -- -PGID``) or to the driver alone (``kill PID``), at
+each phase of PPO, FlashSAC and SAC runs: Ray's start, PPO's warm-up, the first round, a later
+round, a checkpoint's write, the final evaluation.
 
 Each run is held at its phase by its environment (tests/range_envs.py: ``PauseAt`` holds a
 rollout actor's step until released, ``SlowEvaluation`` makes the final evaluation last) or, for
@@ -99,8 +99,13 @@ class Driver:
             time.sleep(0.05)
         self.watch()
 
-    def signal_group(self, sent: signal.Signals) -> None:
-        os.killpg(self.process.pid, sent)
+    def send(self, sent: signal.Signals, group: bool = True) -> None:
+        """``sent`` to the driver's whole process group (a terminal's Ctrl-C, ``timeout(1)``,
+        Slurm), or to the driver alone (``kill PID``)."""
+        if group:
+            os.killpg(self.process.pid, sent)
+        else:
+            self.process.send_signal(sent)
 
     def finish(self, timeout: float = 120.0) -> tuple[int, str, str]:
         try:
@@ -142,14 +147,19 @@ def ray_head_started(driver: Driver) -> bool:
     return False
 
 
-@pytest.mark.parametrize(  # before any process of an algorithm: the same for all three
-    ("algo", "sent"), [("ppo", signal.SIGINT), ("flash_sac", signal.SIGTERM)]
+@pytest.mark.parametrize(
+    ("algo", "sent", "group"),
+    [
+        ("ppo", signal.SIGINT, True),
+        ("flash_sac", signal.SIGTERM, True),
+        ("sac", signal.SIGINT, False),  # the driver alone
+    ],
 )
-def test_a_signal_while_ray_starts_stops_at_once(tmp_path, algo, sent):
+def test_a_signal_while_ray_starts_stops_at_once(tmp_path, algo, sent, group):
     path = write_config(tmp_path, algo, "id: InvertedPendulum-v5", rounds=3)
     driver = Driver(str(path))
     driver.wait_until(lambda: ray_head_started(driver), "started Ray")
-    driver.signal_group(sent)
+    driver.send(sent, group)
     code, _, stderr = driver.finish()
     assert code == 128 + sent, stderr
     assert f"stopped by {sent.name} while starting; no checkpoint yet" in stderr
@@ -164,7 +174,7 @@ def test_a_signal_during_ppo_warm_up_stops_at_once(tmp_path):
     path = write_config(tmp_path, "ppo", paused_at(10, markers), rounds=3)  # warm-up: 64 steps
     driver = Driver(str(path))
     driver.wait_until(lambda: any(markers.glob("reached-*")), "held in the warm-up")
-    driver.signal_group(signal.SIGTERM)
+    driver.send(signal.SIGTERM)
     code, _, stderr = driver.finish()
     assert code == 143, stderr
     assert "stopped by SIGTERM while starting; no checkpoint yet" in stderr
@@ -175,16 +185,18 @@ def test_a_signal_during_ppo_warm_up_stops_at_once(tmp_path):
 WARM_UP_STEPS = {"ppo": 64, "flash_sac": 0, "sac": 0}  # PPO's observation warm-up
 
 
-@pytest.mark.parametrize(  # FlashSAC and SAC share the off-policy round loop
-    ("algo", "held_round", "sent"),
+@pytest.mark.parametrize(
+    ("algo", "held_round", "sent", "group"),
     [
-        ("ppo", 1, signal.SIGTERM),
-        ("ppo", 2, signal.SIGINT),
-        ("flash_sac", 2, signal.SIGTERM),
-        ("sac", 1, signal.SIGINT),
+        ("ppo", 1, signal.SIGTERM, True),
+        ("ppo", 2, signal.SIGINT, True),
+        ("flash_sac", 1, signal.SIGINT, False),  # the driver alone
+        ("flash_sac", 2, signal.SIGTERM, True),
+        ("sac", 1, signal.SIGINT, True),
+        ("sac", 2, signal.SIGTERM, False),
     ],
 )
-def test_a_signal_mid_round_finishes_the_round_then_stops(tmp_path, algo, held_round, sent):
+def test_a_signal_mid_round_finishes_the_round_then_stops(tmp_path, algo, held_round, sent, group):
     markers = tmp_path / "markers"
     markers.mkdir()
     length = ROLLOUT_LENGTH[algo]
@@ -192,14 +204,21 @@ def test_a_signal_mid_round_finishes_the_round_then_stops(tmp_path, algo, held_r
     path = write_config(tmp_path, algo, paused_at(at_step, markers), rounds=6)
     driver = Driver(str(path))
     driver.wait_until(lambda: any(markers.glob("reached-*")), f"held in round {held_round}")
-    driver.signal_group(sent)
+    driver.send(sent, group)
     time.sleep(1.0)  # the signal is in before the round goes on
     (markers / "release").touch()
     assert_stopped_after_round(driver, path, sent, held_round)
 
 
-@pytest.mark.parametrize(("algo", "sent"), [("ppo", signal.SIGINT), ("sac", signal.SIGTERM)])
-def test_a_signal_while_a_checkpoint_is_written_finishes_the_round(tmp_path, algo, sent):
+@pytest.mark.parametrize(
+    ("algo", "sent", "group"),
+    [
+        ("ppo", signal.SIGINT, True),
+        ("flash_sac", signal.SIGINT, False),  # the driver alone
+        ("sac", signal.SIGTERM, True),
+    ],
+)
+def test_a_signal_while_a_checkpoint_is_written_finishes_the_round(tmp_path, algo, sent, group):
     """Held after round 2's checkpoint data is written, before it replaces round 1's
     (tests/hold_checkpoint_write/sitecustomize.py)."""
     markers = tmp_path / "markers"
@@ -214,7 +233,7 @@ def test_a_signal_while_a_checkpoint_is_written_finishes_the_round(tmp_path, alg
         },
     )
     driver.wait_until((markers / "reached").exists, "held in round 2's checkpoint write")
-    driver.signal_group(sent)
+    driver.send(sent, group)
     time.sleep(1.0)
     (markers / "release").touch()
     assert_stopped_after_round(driver, path, sent, 2)
@@ -261,10 +280,7 @@ def test_a_signal_in_the_final_evaluation_stops_and_resume_evaluates(tmp_path, a
     driver = Driver(str(path))
     driver.wait_until(trained, "trained its rounds")
     time.sleep(0.5)
-    if group:
-        driver.signal_group(sent)
-    else:
-        driver.process.send_signal(sent)
+    driver.send(sent, group)
     code, _, stderr = driver.finish()
     assert code == 128 + sent, stderr
     assert (

@@ -19,7 +19,12 @@ from drlcli.algos.algorithm import EvaluationHosting
 from drlcli.checkpoint import Checkpoint
 from drlcli.config import Config
 from drlcli.evaluation import EvaluationResult
-from drlcli.runtime.ray_session import WorkerDied, actor_id_of, get_when_restarted
+from drlcli.runtime.ray_session import (
+    ProcessOwner,
+    WorkerDied,
+    actor_id_of,
+    get_when_restarted,
+)
 from drlcli.runtime.ray_session import get_or_raise as _get
 from drlcli.runtime.restarts import RestartCounter, restartable_actor_options
 
@@ -56,6 +61,7 @@ class EvaluationRunner:
         self.interval = config.evaluation.interval_env_steps
         self.restarts = RestartCounter(config.max_rollout_actor_restarts, names=["the evaluator"])
         self.worker: Any = None
+        self.processes = ProcessOwner()  # the evaluator's own process; a host is not in it
         self.hosted = False  # the worker is the round loop's process, not the evaluator's own
         self.roles: dict[str, str] = {}
         self.pending: tuple[Any, Checkpoint] | None = None
@@ -83,7 +89,7 @@ class EvaluationRunner:
             self.hosted = True
             self.restarts = RestartCounter(self.restarts.limit, names=[name])
         else:
-            self.worker = (
+            self.worker = self.processes.started(
                 ray.remote(PolicyEvaluator)
                 .options(**self.resources, **restartable_actor_options(self.restarts.limit))
                 .remote(self.config.env, self.spec, self.config.evaluation.episodes)
@@ -169,7 +175,4 @@ class EvaluationRunner:
 
     def close(self) -> None:
         """Stop the evaluator's own process (a host is the round loop's to stop)."""
-        import ray
-
-        if self.worker is not None and not self.hosted:
-            ray.kill(self.worker)
+        self.processes.close()

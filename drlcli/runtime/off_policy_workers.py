@@ -89,10 +89,7 @@ class RayStepperPool:
         }
 
     def replaced(self, position: int, process_id: int) -> bool:
-        if self.restarts.pids[position] is None:  # died in a call since its last step
-            self.restarts.pids[position] = process_id
-            return True
-        return self.restarts.restarted_unseen(position, process_id)
+        return self.restarts.replaced(position, process_id)
 
     def state_dicts(self) -> list[dict[str, Any]]:
         """Every stepper's state; one whose process died in the call is restarted and its

@@ -64,6 +64,15 @@ class RestartCounter:
         self.pids[position] = pid
         return True
 
+    def replaced(self, position: int, pid: int) -> bool:
+        """Record the process id a call reported; True where it is not the process of the
+        previous call: one whose death a call counted since (``died``), or one replaced between
+        two calls (counted now, as ``restarted_unseen`` does)."""
+        if self.pids[position] is None:
+            self.pids[position] = pid
+            return True
+        return self.restarted_unseen(position, pid)
+
     def take_new_restarts(self) -> int:
         """Restarts since the previous call (a round's count for the metrics row)."""
         count, self.new_restarts = self.new_restarts, 0
