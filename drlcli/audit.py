@@ -35,6 +35,7 @@ from drlcli.checkpoint import (
 )
 from drlcli.envs import env_module
 from drlcli.errors import CheckpointError, DrlError
+from drlcli.observations import describe_layout
 
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
 
@@ -233,6 +234,16 @@ def _check_dims(payload: dict) -> str:
     return f"obs_dim {obs_dim}, action_dim {action_dim} match {len(stored)} actor tensors"
 
 
+def _check_observation_layout(payload: dict) -> str:
+    layout = _record(payload).env.facts().observation_layout
+    obs_dim = _semantics(payload)["obs_dim"]
+    if layout is None:
+        return f"a flat Box of {obs_dim}"
+    if layout[-1].stop != obs_dim:  # the record's own shape is checked in "format and fields"
+        raise _Failed(f"the parts end at {layout[-1].stop}, the policy reads {obs_dim}")
+    return f"{len(layout)} parts of a Dict observation: {describe_layout(layout)}"
+
+
 def _check_action_bounds(payload: dict) -> str:
     semantics = _semantics(payload)
     env = payload["env"]
@@ -349,6 +360,7 @@ _CHECKS: list[tuple[str, Callable[[dict], str]]] = [
     ("kwargs", _check_kwargs),
     ("env module", _check_env_module),
     ("dimensions", _check_dims),
+    ("observation layout", _check_observation_layout),
     ("action bounds", _check_action_bounds),
     ("observation statistics", _check_obs_rms),
     ("finite tensors", _check_finite),

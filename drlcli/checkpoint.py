@@ -32,6 +32,7 @@ from drlcli.config import EnvConfig, check_env_kwargs
 from drlcli.envs import EnvFacts
 from drlcli.errors import CheckpointError, ConfigError, SemanticsError
 from drlcli.normalization import DEFAULT_OBSERVATION_CLIP
+from drlcli.observations import describe_layout, layout_from_record, layout_record
 
 if TYPE_CHECKING:
     from drlcli.config import Config
@@ -68,6 +69,8 @@ class EnvRecord:
     action_high: list[float]
     max_episode_steps: int | None = None
     kwargs: dict[str, Any] = field(default_factory=dict)
+    # A Dict task's parts in the flat observation (``layout_record``); None: a flat Box.
+    observation_layout: list[dict[str, Any]] | None = None
 
     @staticmethod
     def of(env: EnvConfig, facts: EnvFacts) -> EnvRecord:
@@ -80,6 +83,7 @@ class EnvRecord:
             action_high=facts.action_high.tolist(),
             max_episode_steps=env.max_episode_steps,
             kwargs=dict(env.kwargs),
+            observation_layout=layout_record(facts.observation_layout),
         )
 
     def facts(self) -> EnvFacts:
@@ -91,6 +95,7 @@ class EnvRecord:
             len(self.action_low),
             np.asarray(self.action_low, dtype=np.float64),
             np.asarray(self.action_high, dtype=np.float64),
+            layout_from_record(self.observation_layout),
         )
 
 
@@ -204,7 +209,14 @@ class Checkpoint:
                 action_high=[float(x) for x in env["action_high"]],
                 max_episode_steps=max_steps,
                 kwargs=dict(env["kwargs"]),
+                observation_layout=env.get("observation_layout"),  # absent before Dict tasks
             )
+            layout = layout_from_record(env_record.observation_layout)
+            if layout is not None and [layout[-1].stop] != env_record.observation_shape:
+                raise ValueError(
+                    f"observation_layout ends at {layout[-1].stop}, the observation has "
+                    f"{env_record.observation_shape}"
+                )
             counters = RunProgress(
                 **{f.name: progress[f.name] for f in dataclasses.fields(RunProgress)}
             )
@@ -650,6 +662,12 @@ def check_fits(
     if semantics["action_dim"] != facts.action_dim:
         problems.append(
             f"action_dim: checkpoint {semantics['action_dim']} != env {facts.action_dim}"
+        )
+    stored_layout = layout_from_record(checkpoint.env.observation_layout)
+    if stored_layout != facts.observation_layout:
+        problems.append(
+            f"observation: checkpoint {describe_layout(stored_layout)} != env "
+            f"{describe_layout(facts.observation_layout)} (the policy's inputs would change)"
         )
     for bound in ("action_low", "action_high"):
         stored = np.asarray(getattr(checkpoint.env, bound), dtype=np.float64)

@@ -33,7 +33,7 @@ class EnvConfig:
     """The Gymnasium task every rollout actor steps."""
 
     id: str = "InvertedPendulum-v5"
-    """Gymnasium id; a flat Box observation and a finite Box action are required."""
+    """Gymnasium id; a flat Box or Dict observation and a finite Box action are required."""
     num_envs: int = field(default=1, metadata=positive())
     """Environments each rollout actor steps together, with batched inference."""
     seed: int = 0
@@ -43,6 +43,10 @@ class EnvConfig:
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of gymnasium.make, e.g. ``{xml_file: /abs/robot.xml}``; stored in
     checkpoints so play and export rebuild the same task."""
+    observation_keys: tuple[str, ...] | None = None
+    """A Dict observation's parts the policy reads, in this order (``outer/inner`` for a
+    nested one; a nested dict's name stands for all its parts, sorted); null: every part,
+    sorted. The order is recorded in checkpoints and exports."""
 
 
 @dataclass(frozen=True)

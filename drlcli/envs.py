@@ -1,6 +1,7 @@
 """Making Gymnasium MuJoCo environments and stepping several of them together.
 
-Only continuous control is supported: a flat ``Box`` observation and a bounded ``Box`` action.
+Only continuous control is supported: a bounded ``Box`` action, and an observation that is a
+flat ``Box`` or a ``Dict`` of ``Box`` parts (read as one flat vector, ``drlcli.observations``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import numpy as np
 
 from drlcli.config import EnvConfig
 from drlcli.errors import EnvironmentSpecError, TrainingError
+from drlcli.observations import ObservationLayout, flat_observation_env
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,7 @@ class EnvFacts:
     action_dim: int
     action_low: np.ndarray  # [action_dim] float64
     action_high: np.ndarray  # [action_dim] float64
+    observation_layout: ObservationLayout | None = None  # a Dict task's parts; None: a flat Box
 
 
 def env_module(env_id: str) -> str | None:
@@ -33,17 +36,32 @@ def env_module(env_id: str) -> str | None:
     return module if separator and module else None
 
 
+def make_task_env(env_config: EnvConfig, **overrides: Any) -> Any:
+    """The task ``env_config`` describes (its id, time limit, kwargs and observation keys), as
+    every process of a run makes it; ``overrides`` (``render_mode``, ``width``...) win over the
+    kwargs."""
+    return make_env(
+        env_config.id,
+        max_episode_steps=env_config.max_episode_steps,
+        observation_keys=env_config.observation_keys,
+        **{**env_config.kwargs, **overrides},
+    )
+
+
 def make_env(
     env_id: str,
     *,
     max_episode_steps: int | None = None,
     render_mode: str | None = None,
+    observation_keys: tuple[str, ...] | list[str] | None = None,
     **kwargs: Any,
 ) -> Any:
-    """``gymnasium.make`` with drl's error messages and space checks.
+    """``gymnasium.make`` with drl's error messages and space checks; a ``Dict`` observation is
+    read as the flat vector of ``observation_keys`` (``drlcli.observations``).
 
     Raises:
-        EnvironmentSpecError: unknown id, missing dependency, or unsupported spaces.
+        EnvironmentSpecError: unknown id, missing dependency, unsupported spaces, or
+            observation keys the task does not have.
     """
     import gymnasium as gym
 
@@ -67,7 +85,12 @@ def make_env(
         raise EnvironmentSpecError(
             f"env.kwargs: {env_id} does not accept {kwargs}: {type(error).__name__}: {reason}"
         ) from error
-    env_facts(env)
+    try:
+        env = flat_observation_env(env, observation_keys, env_id)
+        env_facts(env)
+    except BaseException:
+        env.close()
+        raise
     return env
 
 
@@ -96,7 +119,7 @@ def env_facts(env: Any) -> EnvFacts:
     obs_space, action_space = env.observation_space, env.action_space
     if not isinstance(obs_space, spaces.Box) or len(obs_space.shape) != 1:
         raise EnvironmentSpecError(
-            f"{env_id}: observation space must be a flat Box, got {obs_space}"
+            f"{env_id}: observation space must be a flat Box or a Dict of Boxes, got {obs_space}"
         )
     if not isinstance(action_space, spaces.Box) or len(action_space.shape) != 1:
         raise EnvironmentSpecError(f"{env_id}: action space must be a flat Box, got {action_space}")
@@ -104,7 +127,11 @@ def env_facts(env: Any) -> EnvFacts:
     high = np.asarray(action_space.high, dtype=np.float64)
     if not (np.isfinite(low).all() and np.isfinite(high).all() and (low < high).all()):
         raise EnvironmentSpecError(f"{env_id}: action bounds must be finite with low < high")
-    return EnvFacts(env_id, int(obs_space.shape[0]), int(action_space.shape[0]), low, high)
+    try:
+        layout = env.get_wrapper_attr("observation_layout")
+    except AttributeError:
+        layout = None
+    return EnvFacts(env_id, int(obs_space.shape[0]), int(action_space.shape[0]), low, high, layout)
 
 
 @dataclass
@@ -143,9 +170,15 @@ class EnvBatch:
         seed: int,
         max_episode_steps: int | None = None,
         env_kwargs: dict[str, Any] | None = None,
+        observation_keys: tuple[str, ...] | None = None,
     ) -> None:
         self.envs = [
-            make_env(env_id, max_episode_steps=max_episode_steps, **(env_kwargs or {}))
+            make_env(
+                env_id,
+                max_episode_steps=max_episode_steps,
+                observation_keys=observation_keys,
+                **(env_kwargs or {}),
+            )
             for _ in range(num_envs)
         ]
         self.facts = env_facts(self.envs[0])
@@ -173,6 +206,7 @@ class EnvBatch:
             seed=rollout_actor_seed(env_config, actor_id),
             max_episode_steps=env_config.max_episode_steps,
             env_kwargs=env_config.kwargs,
+            observation_keys=env_config.observation_keys,
         )
 
     def step(self, env_actions: np.ndarray) -> StepBatch:

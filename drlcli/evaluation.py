@@ -14,7 +14,7 @@ from typing import Any
 
 from drlcli.actors.spec import ActorSpec, build_policy_actor
 from drlcli.config import EnvConfig
-from drlcli.envs import env_facts, make_env
+from drlcli.envs import env_facts, make_task_env
 from drlcli.normalization import RmsState
 from drlcli.play import FrozenPolicy, run_episodes
 
@@ -76,9 +76,7 @@ class PolicyEvaluator:
         import torch
 
         torch.set_num_threads(1)  # inference on small batches: one thread, no contention
-        self.env = make_env(
-            env_config.id, max_episode_steps=env_config.max_episode_steps, **env_config.kwargs
-        )
+        self.env = make_task_env(env_config)
         facts = env_facts(self.env)
         self.actor = build_policy_actor(
             actor_spec, facts.obs_dim, facts.action_dim, "cpu", facts.action_low, facts.action_high

@@ -23,6 +23,7 @@ from drlcli.actors.memory import format_bytes, module_memory_bytes
 from drlcli.atomic import atomic_output
 from drlcli.errors import ExportError, UsageError
 from drlcli.normalization import VARIANCE_EPSILON, RmsState
+from drlcli.observations import layout_record
 from drlcli.play import PlayPolicy, load_play_actor
 
 PARITY_TOLERANCE = 1e-5
@@ -242,6 +243,8 @@ def _add_metadata(model: Any, policy: PlayPolicy) -> None:
         "drl.normalization": _normalization(policy),
         "drl.action_low": json.dumps(policy.facts.action_low.tolist()),
         "drl.action_high": json.dumps(policy.facts.action_high.tolist()),
+        # A Dict task's parts: flat[start:stop] is part key raveled (C order); null: a flat Box.
+        "drl.observation_layout": json.dumps(layout_record(policy.facts.observation_layout)),
     }
     del model.metadata_props[:]
     for key, value in entries.items():

@@ -25,8 +25,9 @@ from drlcli.checkpoint import (
     validate_actor_semantics,
 )
 from drlcli.envs import EnvFacts, env_facts, env_module, make_env
-from drlcli.errors import CheckpointError, SemanticsError, UsageError
+from drlcli.errors import CheckpointError, EnvironmentSpecError, SemanticsError, UsageError
 from drlcli.normalization import RmsState, normalize_observation
+from drlcli.observations import describe_layout
 
 # The views of --camera besides a model camera's name (view_from).
 CAMERA_FOLLOW, CAMERA_FIXED = "follow", "fixed"
@@ -65,6 +66,8 @@ class PlayPolicy(FrozenPolicy):
         env_kwargs: the ``gymnasium.make`` keyword arguments training used ({} for an override).
         facts: that environment's spaces.
         max_episode_steps: the time limit training used (None: the task's own).
+        observation_keys: a Dict task's parts the policy reads, in order (the checkpoint's
+            layout); None for a flat Box observation.
         checkpoint: the whole checkpoint.
         inference_memory: bytes per category the rebuilt actor declares it needs for inference.
     """
@@ -73,6 +76,7 @@ class PlayPolicy(FrozenPolicy):
     env_kwargs: dict[str, Any]
     facts: EnvFacts
     max_episode_steps: int | None
+    observation_keys: tuple[str, ...] | None
     checkpoint: Checkpoint
     inference_memory: dict[str, int]
 
@@ -82,6 +86,7 @@ class PlayPolicy(FrozenPolicy):
         return make_env(
             self.env_id,
             max_episode_steps=self.max_episode_steps,
+            observation_keys=self.observation_keys,
             **{**self.env_kwargs, **overrides},
         )
 
@@ -175,7 +180,17 @@ def load_play_actor(
     run_env_id = env_id or checkpoint.env.id
     # Another task does not take the trained task's kwargs (an xml_file, say).
     env_kwargs = checkpoint.env.kwargs if run_env_id == checkpoint.env.id else {}
-    env = make_env(run_env_id, **env_kwargs)
+    stored_layout = checkpoint.env.facts().observation_layout
+    keys = None if stored_layout is None else tuple(field.key for field in stored_layout)
+    try:
+        env = make_env(run_env_id, observation_keys=keys, **env_kwargs)
+    except EnvironmentSpecError as error:
+        if keys is None:
+            raise
+        raise SemanticsError(
+            f"{source}: checkpoint does not fit environment {run_env_id}: the policy reads "
+            f"observation {describe_layout(stored_layout)} ({error})"
+        ) from None
     facts = env_facts(env)
     env.close()
     check_fits(checkpoint, facts, source)
@@ -202,6 +217,7 @@ def load_play_actor(
         env_kwargs=dict(env_kwargs),
         facts=facts,
         max_episode_steps=checkpoint.env.max_episode_steps,
+        observation_keys=keys,
         checkpoint=checkpoint,
         inference_memory=declared_inference_memory(actor),
     )

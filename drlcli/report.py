@@ -27,7 +27,7 @@ def _flatten(data: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
 def render_dry_run(config: Config, console: Console) -> None:
     """Print the resolved config, the environment's spaces and the topology. Starts no Ray."""
     from drlcli.envs import env_facts as describe
-    from drlcli.envs import make_env
+    from drlcli.envs import make_task_env
     from drlcli.runtime.nodes import check_runtime_env, import_py_modules_here
     from drlcli.topology import detect_available_devices, topology_for_config
 
@@ -35,9 +35,7 @@ def render_dry_run(config: Config, console: Console) -> None:
     import_py_modules_here(config.runtime_env)  # a task they register, as training sees it
     devices = detect_available_devices()
     topology = topology_for_config(config, devices)
-    env = make_env(
-        config.env.id, max_episode_steps=config.env.max_episode_steps, **config.env.kwargs
-    )
+    env = make_task_env(config.env)
     facts = describe(env)
     episode_limit = env.spec.max_episode_steps if env.spec is not None else None
     env.close()
@@ -59,6 +57,9 @@ def render_dry_run(config: Config, console: Console) -> None:
     spaces.add_column("property")
     spaces.add_column("value")
     spaces.add_row("observation dim", str(facts.obs_dim))
+    if facts.observation_layout is not None:
+        parts = [f"{f.key} [{f.start}:{f.stop}]" for f in facts.observation_layout]
+        spaces.add_row("observation parts", escape(", ".join(parts)))
     spaces.add_row("action dim", str(facts.action_dim))
     spaces.add_row("action low", str(facts.action_low.tolist()))
     spaces.add_row("action high", str(facts.action_high.tolist()))

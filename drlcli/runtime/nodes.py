@@ -51,7 +51,7 @@ def import_py_modules_here(runtime_env: RuntimeEnvConfig) -> None:
 def probe_node(builder: str, env_config: EnvConfig) -> str | None:
     """On one node, in a process of the run's runtime environment: import the builder's module,
     then build and close the task. Returns what failed, or None."""
-    from drlcli.envs import make_env
+    from drlcli.envs import make_task_env
 
     module = builder.split(":", 1)[0]
     try:
@@ -72,9 +72,7 @@ def probe_node(builder: str, env_config: EnvConfig) -> str | None:
                 "(./...)"
             )
     try:
-        make_env(
-            env_config.id, max_episode_steps=env_config.max_episode_steps, **env_config.kwargs
-        ).close()
+        make_task_env(env_config).close()
     except Exception as error:  # as above: the node cannot build the task
         return f"cannot build the task {env_config.id} ({error_line(error)})"
     return None

@@ -21,7 +21,7 @@ from drlcli.checkpoint import (
     validate_learner_states,
 )
 from drlcli.config import Config
-from drlcli.envs import EnvFacts, env_facts, make_env
+from drlcli.envs import EnvFacts, env_facts, make_task_env
 from drlcli.errors import CheckpointError, ConfigError, UsageError
 from drlcli.runtime.checkpointing import replay_path
 from drlcli.runtime.memory_budget import available_memory_bytes, check_memory, run_memory_needs
@@ -71,9 +71,7 @@ def preflight(
     topology = resolve_for(config, devices or detect_available_devices())
     check_runtime_env(config.runtime_env)
     import_py_modules_here(config.runtime_env)
-    env = make_env(
-        config.env.id, max_episode_steps=config.env.max_episode_steps, **config.env.kwargs
-    )
+    env = make_task_env(config.env)
     facts = env_facts(env)
     env.close()
     actor = probe_actor(algorithm, config, facts)

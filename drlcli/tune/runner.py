@@ -137,14 +137,12 @@ def check_resumable_dimensions(base: dict[str, Any], config: Any, dimensions: An
         ConfigError: ``space.<key>``, naming the value.
     """
     from drlcli.algos.registry import get_algorithm
-    from drlcli.envs import env_facts, make_env
+    from drlcli.envs import env_facts, make_task_env
     from drlcli.runtime.nodes import import_py_modules_here
     from drlcli.runtime.probe import probe_actor
 
     import_py_modules_here(config.runtime_env)
-    env = make_env(
-        config.env.id, max_episode_steps=config.env.max_episode_steps, **config.env.kwargs
-    )
+    env = make_task_env(config.env)
     facts = env_facts(env)
     env.close()
     algorithm = get_algorithm(config.algo)
