@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 
 BEST_BY_EVALUATION = "evaluation"
 BEST_BY_TRAINING_RETURN = "training return"
+BEST_BY_EVALUATION_SUCCESS = "evaluation success rate"
+BEST_BY_TRAINING_SUCCESS = "training success rate"
 FORMAT_NAME = "drl-checkpoint"
 # Version 2 stores each PPO rollout actor's reward-scaler moments in that actor's state; version
 # 1 kept them apart under the learner, and is still read (rollout_actor.rollout_actor_states).
@@ -55,8 +57,11 @@ class RunProgress:
     wall_time_s: float = 0.0
     best_return: float | None = None
     # What best_return measures: BEST_BY_EVALUATION (the deterministic evaluation's mean
-    # return) or BEST_BY_TRAINING_RETURN (a round's mean training return).
+    # return), BEST_BY_TRAINING_RETURN (a round's mean training return), or a success rate of
+    # either (BEST_BY_EVALUATION_SUCCESS, BEST_BY_TRAINING_SUCCESS: evaluation.best_by).
     best_criterion: str = BEST_BY_TRAINING_RETURN
+    # Under a success rate, the mean return at the best: an equal rate with a higher return wins.
+    best_tiebreak: float | None = None
 
 
 @dataclass(frozen=True)
@@ -218,7 +223,11 @@ class Checkpoint:
                     f"{env_record.observation_shape}"
                 )
             counters = RunProgress(
-                **{f.name: progress[f.name] for f in dataclasses.fields(RunProgress)}
+                **{
+                    f.name: progress[f.name]
+                    for f in dataclasses.fields(RunProgress)
+                    if f.name in progress or f.name != "best_tiebreak"  # absent before it
+                }
             )
         except (KeyError, TypeError, ValueError) as error:
             raise CheckpointError(

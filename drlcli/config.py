@@ -47,6 +47,13 @@ class EnvConfig:
     """A Dict observation's parts the policy reads, in this order (``outer/inner`` for a
     nested one; a nested dict's name stands for all its parts, sorted); null: every part,
     sorted. The order is recorded in checkpoints and exports."""
+    success_key: str | None = None
+    """The step ``info`` key that says the task succeeded (Meta-World's ``success``,
+    Gymnasium-Robotics' ``is_success``); null: ``success`` or ``is_success``, whichever the task
+    reports. Gives the metrics ``success_rate`` and ``eval_success_rate``."""
+    success_when: str = field(default="any_step", metadata=one_of("any_step", "final_step"))
+    """An episode succeeded when the key was true at ``any_step`` of it (Meta-World's measure)
+    or at its ``final_step`` (Gymnasium-Robotics' and Stable-Baselines3's)."""
 
 
 @dataclass(frozen=True)
@@ -101,6 +108,10 @@ class EvaluationConfig:
     checkpoint by evaluation; null: no periodic evaluation (best by training return)."""
     episodes: int = field(default=10, metadata=positive())
     """Episodes per evaluation, also of the final one at the end of every run."""
+    best_by: str = field(default="return", metadata=one_of("return", "success_rate"))
+    """What the best checkpoint maximises: the mean ``return``, or the ``success_rate`` (a
+    task that reports success; an equal rate with a higher mean return wins), of the
+    evaluations, or of the training rounds without periodic evaluation."""
 
 
 @dataclass(frozen=True)

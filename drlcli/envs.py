@@ -15,6 +15,7 @@ import numpy as np
 from drlcli.config import EnvConfig
 from drlcli.errors import EnvironmentSpecError, TrainingError
 from drlcli.observations import ObservationLayout, flat_observation_env
+from drlcli.success import ANY_STEP, EpisodeSuccess
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,8 @@ class StepBatch:
 
     ``final_obs`` is the observation each env returned before its automatic reset (equal to
     ``next_obs`` where the episode did not end); ``next_obs`` is what the policy sees next.
+    ``finished_successes``: the outcome of each finished episode the task reported success in
+    (``drlcli.success``), in the order they finished.
     """
 
     next_obs: np.ndarray
@@ -149,6 +152,7 @@ class StepBatch:
     truncated: np.ndarray
     finished_returns: list[float]
     finished_lengths: list[int]
+    finished_successes: list[bool]
 
 
 def rollout_actor_seed(env_config: EnvConfig, actor_id: int) -> int:
@@ -171,6 +175,8 @@ class EnvBatch:
         max_episode_steps: int | None = None,
         env_kwargs: dict[str, Any] | None = None,
         observation_keys: tuple[str, ...] | None = None,
+        success_key: str | None = None,
+        success_when: str = ANY_STEP,
     ) -> None:
         self.envs = [
             make_env(
@@ -184,6 +190,7 @@ class EnvBatch:
         self.facts = env_facts(self.envs[0])
         self.num_envs = num_envs
         self.seed = seed
+        self.success = EpisodeSuccess(num_envs, success_key, success_when)
         self.restart()
 
     def restart(self) -> None:
@@ -191,6 +198,7 @@ class EnvBatch:
         batch is as it was made (the same first observations, the same random streams)."""
         self._episode_returns = np.zeros(self.num_envs, dtype=np.float64)
         self._episode_lengths = np.zeros(self.num_envs, dtype=np.int64)
+        self.success.load_state_dict(None)
         self.obs = np.stack(
             [env.reset(seed=self.seed + index)[0] for index, env in enumerate(self.envs)]
         ).astype(np.float64)
@@ -207,6 +215,8 @@ class EnvBatch:
             max_episode_steps=env_config.max_episode_steps,
             env_kwargs=env_config.kwargs,
             observation_keys=env_config.observation_keys,
+            success_key=env_config.success_key,
+            success_when=env_config.success_when,
         )
 
     def step(self, env_actions: np.ndarray) -> StepBatch:
@@ -218,8 +228,10 @@ class EnvBatch:
         truncated = np.zeros(self.num_envs, dtype=bool)
         finished_returns: list[float] = []
         finished_lengths: list[int] = []
+        finished_successes: list[bool] = []
         for index, env in enumerate(self.envs):
-            obs, reward, term, trunc, _ = env.step(env_actions[index])
+            obs, reward, term, trunc, info = env.step(env_actions[index])
+            self.success.step(index, info)
             rewards[index] = reward
             terminated[index], truncated[index] = term, trunc
             final_obs[index] = obs
@@ -228,6 +240,8 @@ class EnvBatch:
             if term or trunc:
                 finished_returns.append(float(self._episode_returns[index]))
                 finished_lengths.append(int(self._episode_lengths[index]))
+                if (outcome := self.success.finish(index)) is not None:
+                    finished_successes.append(outcome)
                 self._episode_returns[index] = 0.0
                 self._episode_lengths[index] = 0
                 obs, _ = env.reset()
@@ -238,12 +252,20 @@ class EnvBatch:
             raise TrainingError(f"{self.facts.env_id} returned a non-finite reward")
         self.obs = next_obs
         return StepBatch(
-            next_obs, final_obs, rewards, terminated, truncated, finished_returns, finished_lengths
+            next_obs,
+            final_obs,
+            rewards,
+            terminated,
+            truncated,
+            finished_returns,
+            finished_lengths,
+            finished_successes,
         )
 
     def state_dict(self) -> dict[str, Any]:
         """Everything the batch's episodes in progress depend on (``env_state`` of every env,
-        the current observations, the episodes' running returns and lengths): plain data."""
+        the current observations, the episodes' running returns, lengths and success so far):
+        plain data."""
         from drlcli.env_state import env_state
 
         return {
@@ -251,6 +273,7 @@ class EnvBatch:
             "obs": self.obs.copy(),
             "episode_returns": self._episode_returns.copy(),
             "episode_lengths": self._episode_lengths.copy(),
+            "episode_success": self.success.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -271,6 +294,7 @@ class EnvBatch:
         self.obs = obs.copy()
         self._episode_returns = np.asarray(state["episode_returns"], dtype=np.float64).copy()
         self._episode_lengths = np.asarray(state["episode_lengths"], dtype=np.int64).copy()
+        self.success.load_state_dict(state.get("episode_success"))  # absent in older checkpoints
 
     def close(self) -> None:
         for env in self.envs:

@@ -17,6 +17,7 @@ from drlcli.config import EnvConfig
 from drlcli.envs import env_facts, make_task_env
 from drlcli.normalization import RmsState
 from drlcli.play import FrozenPolicy, run_episodes
+from drlcli.success import success_rate
 
 # Episode i of an evaluation is reset with env.seed + EVALUATION_SEED_OFFSET + i: far from the
 # training seeds (env.seed + 10000 * rollout actor + env index) of any topology drl runs.
@@ -25,11 +26,14 @@ EVALUATION_SEED_OFFSET = 1_000_000_007
 
 @dataclass(frozen=True)
 class EvaluationResult:
-    """The episodes of one evaluation of the weights of training step ``env_steps``."""
+    """The episodes of one evaluation of the weights of training step ``env_steps``;
+    ``successes``: the outcome of each episode the task reported success in (``drlcli.success``).
+    """
 
     env_steps: int
     returns: tuple[float, ...]
     lengths: tuple[int, ...]
+    successes: tuple[bool, ...] = ()
 
     @property
     def return_mean(self) -> float:
@@ -43,14 +47,22 @@ class EvaluationResult:
     def episode_length_mean(self) -> float:
         return statistics.fmean(self.lengths)
 
-    def metrics(self) -> dict[str, float]:
-        """The metrics-CSV columns of this evaluation."""
-        return {
+    @property
+    def success_rate(self) -> float | None:
+        return success_rate(self.successes)
+
+    def metrics(self, success: bool | None = None) -> dict[str, float | None]:
+        """The metrics-CSV columns of this evaluation, with ``eval_success_rate`` where
+        ``success`` (the run has the column; None: where an episode reported success)."""
+        columns: dict[str, float | None] = {
             "eval_return_mean": self.return_mean,
             "eval_return_std": self.return_std,
             "eval_episode_length_mean": self.episode_length_mean,
             "eval_env_steps": self.env_steps,
         }
+        if success or (success is None and self.successes):
+            columns["eval_success_rate"] = self.success_rate
+        return columns
 
     def to_dict(self) -> dict[str, Any]:
         """The checkpoint's ``evaluation`` entry (plain data)."""
@@ -60,6 +72,7 @@ class EvaluationResult:
             "return_mean": self.return_mean,
             "return_std": self.return_std,
             "episode_length_mean": self.episode_length_mean,
+            "success_rate": self.success_rate,
         }
 
 
@@ -83,6 +96,7 @@ class PolicyEvaluator:
         )
         self.seed = env_config.seed + EVALUATION_SEED_OFFSET
         self.episodes = episodes
+        self.success = (env_config.success_key, env_config.success_when)
 
     def evaluate(
         self,
@@ -96,11 +110,14 @@ class PolicyEvaluator:
         self.actor.eval()
         obs_rms = None if obs_rms_state is None else RmsState.from_dict(obs_rms_state)
         policy = FrozenPolicy(self.actor, obs_rms, observation_clip)
-        results = run_episodes(policy, self.episodes, self.seed, deterministic=True, env=self.env)
+        results = run_episodes(
+            policy, self.episodes, self.seed, deterministic=True, env=self.env, success=self.success
+        )
         returns = tuple(r.episode_return for r in results)
         if not all(math.isfinite(value) for value in returns):
             raise ValueError("evaluation returned a non-finite episode return")
-        return EvaluationResult(env_steps, returns, tuple(r.length for r in results))
+        successes = tuple(r.success for r in results if r.success is not None)
+        return EvaluationResult(env_steps, returns, tuple(r.length for r in results), successes)
 
     def close(self) -> None:
         self.env.close()

@@ -39,6 +39,12 @@ EVALUATION_METRICS: dict[str, str] = {
     "eval_episode_length_mean": "their mean length",
     "eval_env_steps": "the training env step of the evaluated weights",
 }
+# Written when the task reports success (drlcli/success.py); eval_success_rate also needs
+# periodic evaluation.
+SUCCESS_METRICS: dict[str, str] = {
+    "success_rate": "fraction of the episodes finished this round that succeeded",
+    "eval_success_rate": "fraction of the deterministic evaluation episodes that succeeded",
+}
 OPEN_FAMILIES: tuple[str, ...] = ("Loss/aux_",)
 # Columns measured in wall-clock time: they differ between two runs of one seed.
 TIME_COLUMNS: frozenset[str] = frozenset({"wall_time_s", "sps", "updates_per_second"})
@@ -48,18 +54,24 @@ SUMMED_ACROSS_LEARNERS: frozenset[str] = frozenset({"buffer_size"})
 
 def metric_schema(algorithm: Algorithm) -> dict[str, str]:
     """Every registered name of a run of ``algorithm`` with its meaning."""
-    return {**COMMON_METRICS, **EVALUATION_METRICS, **algorithm.metrics}
+    return {**COMMON_METRICS, **EVALUATION_METRICS, **SUCCESS_METRICS, **algorithm.metrics}
 
 
 def metric_columns(
-    algorithm: Algorithm, aux_loss_names: Sequence[str] = (), evaluation: bool = False
+    algorithm: Algorithm,
+    aux_loss_names: Sequence[str] = (),
+    evaluation: bool = False,
+    success: bool = False,
 ) -> list[str]:
-    """The CSV columns of a run: common, evaluation's (when periodic), the algorithm's, then
+    """The CSV columns of a run: common, ``success_rate`` (a task that reports success),
+    evaluation's (when periodic, with ``eval_success_rate`` if success), the algorithm's, then
     ``Loss/aux_<name>`` sorted."""
     aux = [f"{OPEN_FAMILIES[0]}{name}" for name in sorted(aux_loss_names)]
     columns = [
         *COMMON_METRICS,
+        *(["success_rate"] if success else ()),
         *(EVALUATION_METRICS if evaluation else ()),
+        *(["eval_success_rate"] if evaluation and success else ()),
         *algorithm.metrics,
         *aux,
     ]

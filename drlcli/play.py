@@ -28,6 +28,7 @@ from drlcli.envs import EnvFacts, env_facts, env_module, make_env
 from drlcli.errors import CheckpointError, EnvironmentSpecError, SemanticsError, UsageError
 from drlcli.normalization import RmsState, normalize_observation
 from drlcli.observations import describe_layout
+from drlcli.success import ANY_STEP, FINAL_STEP, EpisodeSuccess
 
 # The views of --camera besides a model camera's name (view_from).
 CAMERA_FOLLOW, CAMERA_FIXED = "follow", "fixed"
@@ -68,6 +69,8 @@ class PlayPolicy(FrozenPolicy):
         max_episode_steps: the time limit training used (None: the task's own).
         observation_keys: a Dict task's parts the policy reads, in order (the checkpoint's
             layout); None for a flat Box observation.
+        success: ``(env.success_key, env.success_when)`` of the training config: how an
+            episode's success is read (``drlcli.success``).
         checkpoint: the whole checkpoint.
         inference_memory: bytes per category the rebuilt actor declares it needs for inference.
     """
@@ -77,6 +80,7 @@ class PlayPolicy(FrozenPolicy):
     facts: EnvFacts
     max_episode_steps: int | None
     observation_keys: tuple[str, ...] | None
+    success: tuple[str | None, str]
     checkpoint: Checkpoint
     inference_memory: dict[str, int]
 
@@ -218,15 +222,25 @@ def load_play_actor(
         facts=facts,
         max_episode_steps=checkpoint.env.max_episode_steps,
         observation_keys=keys,
+        success=_success_settings(checkpoint),
         checkpoint=checkpoint,
         inference_memory=declared_inference_memory(actor),
     )
+
+
+def _success_settings(checkpoint: Checkpoint) -> tuple[str | None, str]:
+    """How the training config read success (a checkpoint from before it: the defaults)."""
+    env = checkpoint.config.get("env")
+    env = env if isinstance(env, dict) else {}
+    key, when = env.get("success_key"), env.get("success_when", ANY_STEP)
+    return (key if isinstance(key, str) else None), (when if when == FINAL_STEP else ANY_STEP)
 
 
 @dataclass(frozen=True)
 class EpisodeResult:
     episode_return: float
     length: int
+    success: bool | None = None  # None: the task did not report success (drlcli.success)
 
 
 def run_episodes(
@@ -236,6 +250,7 @@ def run_episodes(
     deterministic: bool = True,
     env: Any = None,
     on_frame: Callable[[Any], None] | None = None,
+    success: tuple[str | None, str] | None = None,
 ) -> list[EpisodeResult]:
     """Run ``episodes`` full episodes; episode ``i`` is reset with ``seed + i``.
 
@@ -243,10 +258,15 @@ def run_episodes(
         env: an environment to use (e.g. with a render mode); default: a fresh one (a
             ``PlayPolicy``'s own; a ``FrozenPolicy`` needs ``env``).
         on_frame: called with the env after every reset and step (rendering, recording).
+        success: ``(env.success_key, env.success_when)`` that judge each episode's success;
+            default: a ``PlayPolicy``'s training config's, else the defaults.
     """
     own_env = env is None
     if env is None:
         env = policy.make_env()
+    if success is None:
+        success = getattr(policy, "success", (None, ANY_STEP))
+    outcome = EpisodeSuccess(1, *success)
     results = []
     try:
         for index in range(episodes):
@@ -257,7 +277,8 @@ def run_episodes(
             episode_return, length = 0.0, 0
             while True:
                 action = policy.act(obs[None], deterministic, dones=torch.from_numpy(done))[0]
-                obs, reward, terminated, truncated, _ = env.step(action)
+                obs, reward, terminated, truncated, info = env.step(action)
+                outcome.step(0, info)
                 done[:] = False
                 episode_return += float(reward)
                 length += 1
@@ -265,7 +286,7 @@ def run_episodes(
                     on_frame(env)
                 if terminated or truncated:
                     break
-            results.append(EpisodeResult(episode_return, length))
+            results.append(EpisodeResult(episode_return, length, outcome.finish(0)))
     finally:
         if own_env:
             env.close()

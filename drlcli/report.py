@@ -108,24 +108,38 @@ def render_audit(report: Any, console: Console) -> None:
 
 
 def render_episodes(results: Any, title: str, console: Console) -> None:
-    """Per-episode return and length, then mean +- std."""
+    """Per-episode return, length and (a task that reports it) success, then mean +- std and
+    the success rate."""
     import statistics
 
+    from drlcli.success import success_rate
+
+    successes = [r.success for r in results]
+    rate = success_rate(successes)
     table = Table(title=escape(title), header_style="bold")
     table.add_column("episode", justify="right")
     table.add_column("return", justify="right")
     table.add_column("length", justify="right")
+    if rate is not None:
+        table.add_column("success", justify="right")
     for index, result in enumerate(results):
-        table.add_row(str(index), f"{result.episode_return:.2f}", str(result.length))
+        cells = [str(index), f"{result.episode_return:.2f}", str(result.length)]
+        if rate is not None:
+            cells.append({True: "yes", False: "no", None: "-"}[result.success])
+        table.add_row(*cells)
     returns = [r.episode_return for r in results]
     lengths = [r.length for r in results]
     spread = statistics.pstdev(returns) if len(returns) > 1 else 0.0
     table.add_section()
-    table.add_row(
+    summary = [
         "mean",
         f"{statistics.fmean(returns):.2f} ± {spread:.2f}",
         f"{statistics.fmean(lengths):.1f}",
-    )
+    ]
+    if rate is not None:
+        known = [s for s in successes if s is not None]
+        summary.append(f"{rate:.0%} ({sum(known)}/{len(known)})")
+    table.add_row(*summary)
     console.print(table)
 
 

@@ -314,3 +314,32 @@ class DieInRestoreEnv(_AtStepEnv):
 
 if DIE_IN_RESTORE_ENV_ID not in gymnasium.registry:
     gymnasium.register(DIE_IN_RESTORE_ENV_ID, entry_point=DieInRestoreEnv)
+
+
+SUCCESS_PATTERN_ENV_ID = "drltest/SuccessPattern-v0"
+
+
+class SuccessPatternEnv(ImprovingEnv):
+    """``ImprovingEnv`` (episodes of 8 steps) that reports success in ``info[key]``: true at the
+    4th step of every episode, and at the last step of the even episodes of this instance
+    (counted from 0). By ``success_when``: ``any_step`` every episode succeeded,
+    ``final_step`` episodes 0, 2, 4... did."""
+
+    def __init__(self, key: str = "success", render_mode: str | None = None) -> None:
+        super().__init__()
+        self.key, self.episode, self.episode_step = key, -1, 0
+
+    def reset(self, *, seed=None, options=None):
+        self.episode, self.episode_step = self.episode + 1, 0
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        self.episode_step += 1
+        last = self.episode_step == 8
+        succeeded = self.episode_step == 4 or (last and self.episode % 2 == 0)
+        return obs, reward, terminated, truncated, {**info, self.key: float(succeeded)}
+
+
+if SUCCESS_PATTERN_ENV_ID not in gymnasium.registry:
+    gymnasium.register(SUCCESS_PATTERN_ENV_ID, entry_point=SuccessPatternEnv, max_episode_steps=8)

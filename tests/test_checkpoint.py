@@ -26,6 +26,7 @@ def test_round_trip_keeps_every_field(checkpoint_file, ppo_checkpoint_payload):
         "wall_time_s": 1.5,
         "best_return": 12.5,
         "best_criterion": "training return",
+        "best_tiebreak": None,
     }
 
 

@@ -165,3 +165,41 @@ def test_the_page_draws_a_real_run_follows_it_live_and_shows_its_audit(tiny_conf
         page.close()
         server.shutdown()
         server.server_close()
+
+
+def test_a_run_whose_task_reports_success_gets_a_success_chart(tmp_path):
+    """A run's CSV with success columns (as a task reporting success writes it): the training
+    rate and the evaluations' are drawn in the success chart, apart from the metric grid."""
+    from drlcli.algos.ppo.algorithm import PPO
+    from drlcli.metrics import metric_columns
+
+    folder = tmp_path / "out"
+    folder.mkdir()
+    writer = MetricsWriter(
+        folder / "metrics_reach.csv", metric_columns(PPO, evaluation=True, success=True)
+    )
+    for round_number in range(1, 5):
+        row = {"round": round_number, "env_steps": 100 * round_number, "wall_time_s": 1.0}
+        row |= {"sps": 100.0, "episodes": 4, "episode_return_mean": float(round_number)}
+        row["success_rate"] = round_number / 4
+        if round_number % 2 == 0:  # an evaluation finished in rounds 2 and 4
+            row |= {"eval_return_mean": 2.0, "eval_env_steps": 100 * (round_number - 1)}
+            row["eval_success_rate"] = 0.5
+        writer.write(row)
+    writer.close()
+    server = start_dashboard([folder], port=0)
+    page = Page(server.url)
+    try:
+        page.line("READY ")
+        assert json.loads(page.send("call successPoints", "CALLED ")) == {
+            "reach": 4,
+            "reach (evaluation)": 2,
+        }
+        assert "success rate" in json.loads(page.send("call charts", "CALLED "))
+        page.send("set metric all", "SET")
+        charts = json.loads(page.send("call charts", "CALLED "))
+        assert charts.count("success rate") == 1 and "success_rate" not in charts
+    finally:
+        page.close()
+        server.shutdown()
+        server.server_close()

@@ -144,6 +144,24 @@ def test_evaluation_columns_follow_the_common_ones_when_evaluation_is_periodic()
     ]
 
 
+def test_success_columns_follow_the_common_and_the_evaluation_ones_of_a_task_with_success():
+    assert metric_columns(PPO, success=True) == [
+        *COMMON,
+        "success_rate",
+        *PPO_COLUMNS[len(COMMON) :],
+    ]
+    assert metric_columns(PPO, evaluation=True, success=True) == [
+        *COMMON,
+        "success_rate",
+        "eval_return_mean",
+        "eval_return_std",
+        "eval_episode_length_mean",
+        "eval_env_steps",
+        "eval_success_rate",
+        *PPO_COLUMNS[len(COMMON) :],
+    ]
+
+
 def test_a_resume_that_adds_columns_keeps_every_earlier_row_under_the_new_header(tmp_path):
     path = tmp_path / "m.csv"
     first = MetricsWriter(path, ["round", "sps"])

@@ -769,10 +769,12 @@ def test_a_rollout_gives_float32_columns_and_every_episode_it_finished():
         "episode_return_sum",
         "episode_returns",
         "episode_len_sum",
+        "episode_successes",
         "obs_rms_moments",
         "reward_moments",
     }
     assert stats["process_id"] == os.getpid()
+    assert stats["episode_successes"] == []  # the task reports no success
     # 40 steps of 2 envs with episodes of at most 5 steps: at least 7 finished per env, each
     # counted once, at whichever step it ended.
     assert stats["episodes"] >= 14 and len(stats["episode_returns"]) == stats["episodes"]

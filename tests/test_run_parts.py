@@ -230,8 +230,8 @@ def test_a_failed_latest_write_leaves_the_best_file_unwritten(run_parts, monkeyp
 def test_a_tie_or_no_return_never_replaces_the_best():
     progress = RunProgress(best_return=5.0, best_criterion=BEST_BY_TRAINING_RETURN)
     best = BestCheckpoint(None, progress)
-    best.offer_training_return(5.0, None)
-    best.offer_training_return(None, None)
+    best.offer_training_round(5.0, None, None)
+    best.offer_training_round(None, None, None)
     best.offer_evaluated(_result(0, 99.0), None)  # another criterion's offer
     assert best.pending == [] and progress.best_return == 5.0
 

@@ -199,6 +199,7 @@ class OffPolicyCollector:
         p = self.params
         returns: list[float] = []
         lengths: list[int] = []
+        successes: list[bool] = []
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
         updates = 0
@@ -242,6 +243,7 @@ class OffPolicyCollector:
             for r in results:
                 returns += r["finished_returns"]
                 lengths += r["finished_lengths"]
+                successes += r["finished_successes"]
         metrics = {name: sums[name] / counts[name] for name in sums}
         metrics["updates"] = float(updates)
         metrics["updates_per_second"] = updates / update_seconds if update_seconds > 0 else 0.0
@@ -250,6 +252,7 @@ class OffPolicyCollector:
             "episodes": len(returns),
             "episode_returns": returns,
             "episode_len_sum": int(sum(lengths)),
+            "episode_successes": successes,
         }
         return stats, metrics
 

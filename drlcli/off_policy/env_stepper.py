@@ -53,4 +53,5 @@ class EnvStepper:
             "truncated": step.truncated,
             "finished_returns": step.finished_returns,
             "finished_lengths": step.finished_lengths,
+            "finished_successes": step.finished_successes,
         }

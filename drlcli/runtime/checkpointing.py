@@ -17,7 +17,9 @@ from typing import Any
 from drlcli.algos.algorithm import Algorithm
 from drlcli.checkpoint import (
     BEST_BY_EVALUATION,
+    BEST_BY_EVALUATION_SUCCESS,
     BEST_BY_TRAINING_RETURN,
+    BEST_BY_TRAINING_SUCCESS,
     Checkpoint,
     EnvRecord,
     RunProgress,
@@ -65,11 +67,21 @@ def with_progress(checkpoint: Checkpoint, progress: RunProgress) -> Checkpoint:
     return dataclasses.replace(checkpoint, progress=dataclasses.replace(progress))
 
 
+def best_criterion(config: Config) -> str:
+    """What a run's best checkpoint maximises: the evaluations' (periodic evaluation) or the
+    rounds' mean return or success rate (``evaluation.best_by``)."""
+    periodic = config.evaluation.interval_env_steps is not None
+    if config.evaluation.best_by == "success_rate":
+        return BEST_BY_EVALUATION_SUCCESS if periodic else BEST_BY_TRAINING_SUCCESS
+    return BEST_BY_EVALUATION if periodic else BEST_BY_TRAINING_RETURN
+
+
 class BestCheckpoint:
-    """Keeps ``model_<name>_best.pt`` by ``progress.best_criterion``: the best deterministic
-    evaluation (``BEST_BY_EVALUATION``: only evaluations are offers) or the best mean training
-    return of a round (``BEST_BY_TRAINING_RETURN``: only rounds are). ``progress.best_return``
-    (which the checkpoints store) follows it.
+    """Keeps ``model_<name>_best.pt`` by ``progress.best_criterion`` (``best_criterion``): the
+    best deterministic evaluation (only evaluations are offers) or the best training round (only
+    rounds are), by mean return or by success rate (an equal rate with a higher mean return
+    wins: ``progress.best_tiebreak``). ``progress.best_return`` (which the checkpoints store)
+    follows it.
 
     An offer that wins raises ``progress.best_return`` at once and holds the candidate until
     ``write_pending``: the latest checkpoint, which records the new best, is written first. A run
@@ -82,28 +94,44 @@ class BestCheckpoint:
         self.progress = progress
         self.pending: list[Checkpoint] = []
 
-    def _beats(self, value: float | None) -> bool:
-        return value is not None and (
-            self.progress.best_return is None or value > self.progress.best_return
-        )
+    def _beats(self, value: float | None, tiebreak: float | None) -> bool:
+        best = self.progress.best_return
+        if value is None:
+            return False
+        if best is None or value > best:
+            return True
+        stored = self.progress.best_tiebreak
+        return value == best and tiebreak is not None and (stored is None or tiebreak > stored)
 
-    def offer_training_return(self, value: float | None, checkpoint: Checkpoint) -> None:
-        """A round's mean training return (None: no episode finished) and its checkpoint."""
-        if self.progress.best_criterion == BEST_BY_TRAINING_RETURN and self._beats(value):
-            self.progress.best_return = value
+    def _offer(
+        self, criterion: str, value: float | None, tiebreak: float | None, checkpoint: Checkpoint
+    ) -> None:
+        if self.progress.best_criterion == criterion and self._beats(value, tiebreak):
+            self.progress.best_return, self.progress.best_tiebreak = value, tiebreak
             self._hold(checkpoint)
+
+    def offer_training_round(
+        self, return_mean: float | None, success_rate: float | None, checkpoint: Checkpoint
+    ) -> None:
+        """A round's mean training return and success rate (None: no episode finished, or
+        none reported success) and its checkpoint."""
+        self._offer(BEST_BY_TRAINING_RETURN, return_mean, None, checkpoint)
+        self._offer(BEST_BY_TRAINING_SUCCESS, success_rate, return_mean, checkpoint)
 
     def offer_evaluated(self, result: EvaluationResult, checkpoint: Checkpoint) -> None:
         """The weights ``checkpoint`` holds were evaluated: keep them if they are the best."""
-        if self.progress.best_criterion == BEST_BY_EVALUATION and self._beats(result.return_mean):
-            self.progress.best_return = result.return_mean
-            self._hold(dataclasses.replace(checkpoint, evaluation=result.to_dict()))
+        if self.progress.best_criterion not in (BEST_BY_EVALUATION, BEST_BY_EVALUATION_SUCCESS):
+            return  # the best follows the training rounds
+        evaluated = dataclasses.replace(checkpoint, evaluation=result.to_dict())
+        self._offer(BEST_BY_EVALUATION, result.return_mean, None, evaluated)
+        self._offer(BEST_BY_EVALUATION_SUCCESS, result.success_rate, result.return_mean, evaluated)
 
     def _hold(self, checkpoint: Checkpoint) -> None:
         counters = dataclasses.replace(
             checkpoint.progress,
             best_return=self.progress.best_return,
             best_criterion=self.progress.best_criterion,
+            best_tiebreak=self.progress.best_tiebreak,
         )
         self.pending.append(dataclasses.replace(checkpoint, progress=counters))
 
@@ -148,10 +176,12 @@ class Checkpointing:
         learner_states: list[dict[str, Any]],
         training_return: float | None,
         evaluated: tuple[EvaluationResult, Checkpoint] | None = None,
+        training_success: float | None = None,
     ) -> Checkpoint:
         """Write the round's checkpoints (``progress`` already counts the round); returns the
-        latest. ``evaluated``: an evaluation of an earlier round's weights that finished during
-        this round."""
+        latest. ``training_return``, ``training_success``: the round's mean return and success
+        rate (None: none). ``evaluated``: an evaluation of an earlier round's weights that
+        finished during this round."""
         checkpoint = build_checkpoint(
             self.algorithm,
             self.config,
@@ -163,7 +193,7 @@ class Checkpointing:
         )
         if evaluated is not None:
             self.best.offer_evaluated(*evaluated)
-        self.best.offer_training_return(training_return, checkpoint)
+        self.best.offer_training_round(training_return, training_success, checkpoint)
         self._write(checkpoint)
         if self.save_replay is not None:
             self.save_replay(replay_path(self.config.checkpoint_path))

@@ -85,6 +85,7 @@ class RayStepperPool:
             "truncated": np.ones(self.num_envs, dtype=bool),
             "finished_returns": [],
             "finished_lengths": [],
+            "finished_successes": [],
             "lost": np.ones(self.num_envs, dtype=bool),
         }
 

@@ -28,6 +28,7 @@ from drlcli.runtime.memory_budget import available_memory_bytes, check_memory, r
 from drlcli.runtime.nodes import check_runtime_env, import_py_modules_here
 from drlcli.runtime.probe import ProbedActor, probe_actor
 from drlcli.sinks import check_sinks
+from drlcli.success import first_step_reports
 from drlcli.topology import AvailableDevices, TrainingTopology, detect_available_devices
 from drlcli.topology import topology_for_config as resolve_for
 
@@ -41,6 +42,8 @@ class Preflight:
             learner count once it is joined: ``check_learner_device`` is then run again).
         stored: the checkpoint resumed from, or None.
         replay_file: the replay buffer to refill (``--resume-replay``), or None.
+        reports_success: the run has success columns: ``env.success_key`` is set, or the
+            task's first step reports ``success`` or ``is_success`` (``drlcli.success``).
     """
 
     algorithm: Algorithm
@@ -49,6 +52,7 @@ class Preflight:
     actor: ProbedActor
     stored: Checkpoint | None
     replay_file: Path | None
+    reports_success: bool
 
 
 def preflight(
@@ -72,8 +76,19 @@ def preflight(
     check_runtime_env(config.runtime_env)
     import_py_modules_here(config.runtime_env)
     env = make_task_env(config.env)
-    facts = env_facts(env)
-    env.close()
+    try:
+        facts = env_facts(env)
+        reports_success = config.env.success_key is not None or first_step_reports(
+            env, None, config.env.seed
+        )
+    finally:
+        env.close()
+    if config.evaluation.best_by == "success_rate" and not reports_success:
+        raise ConfigError(
+            f"evaluation.best_by: success_rate needs a task that reports success; the first "
+            f"step of {config.env.id} has neither info['success'] nor info['is_success'] (name "
+            "its key with env.success_key, or use best_by: return)"
+        )
     actor = probe_actor(algorithm, config, facts)
     if not on_cluster or devices is not None:
         check_learner_device(algorithm, config, actor, topology)
@@ -97,7 +112,7 @@ def preflight(
     check_sinks(config)  # an extra the logging section needs and lacks: refused here
     check_writable(config.output_dir, "output_dir")
     check_writable(Path(config.metrics_path).parent, "metrics_path")
-    return Preflight(algorithm, topology, facts, actor, stored, replay_file)
+    return Preflight(algorithm, topology, facts, actor, stored, replay_file, reports_success)
 
 
 def check_learner_device(

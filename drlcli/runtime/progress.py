@@ -18,7 +18,9 @@ from rich.table import Table
 
 # Diagnostics added to a --quiet log line when the algorithm reports them.
 _LOG_EXTRAS = (
+    "success_rate",
     "eval_return_mean",
+    "eval_success_rate",
     "approx_kl",
     "Loss/value",
     "Loss/critic",
@@ -123,7 +125,8 @@ class TrainingProgress:
             table.add_row(
                 "final evaluation",
                 f"{final.return_mean:.1f} ± {final.return_std:.1f} over "
-                f"{len(final.returns)} deterministic episodes",
+                f"{len(final.returns)} deterministic episodes"
+                + ("" if final.success_rate is None else f", {final.success_rate:.0%} succeeded"),
             )
         table.add_row(f"best ({summary.best_criterion})", _fmt(summary.best_return))
         table.add_row("checkpoint", escape(str(summary.checkpoint_path)))

@@ -35,7 +35,6 @@ from drlcli.algos.algorithm import (
 )
 from drlcli.atomic import remove_leftovers
 from drlcli.checkpoint import (
-    BEST_BY_EVALUATION,
     BEST_BY_TRAINING_RETURN,
     Checkpoint,
     RunProgress,
@@ -45,7 +44,7 @@ from drlcli.config import Config
 from drlcli.errors import DrlError, StorageError, TrainingError, TrainingStopped
 from drlcli.evaluation import EvaluationResult
 from drlcli.metrics import MetricsWriter, metric_columns
-from drlcli.runtime.checkpointing import Checkpointing, replay_path
+from drlcli.runtime.checkpointing import Checkpointing, best_criterion, replay_path
 from drlcli.runtime.evaluation import EvaluationRunner, evaluator_has_own_process
 from drlcli.runtime.nodes import check_every_node
 from drlcli.runtime.preflight import check_learner_device, preflight
@@ -55,6 +54,7 @@ from drlcli.runtime.ray_session import process_resources, ray_session
 from drlcli.runtime.sinks import MetricsSink, MetricsSinks
 from drlcli.runtime.stop import StopRequest, StopRule, first_stop_reason
 from drlcli.sinks import open_sinks
+from drlcli.success import success_rate
 from drlcli.topology import AvailableDevices
 from drlcli.topology import topology_for_config as resolve_for
 
@@ -124,6 +124,7 @@ class TrainingRun:
         # writes its own (a file at config.checkpoint_path may be an older run's).
         self.resumable: Path | None = None
         self.during = "while starting"  # what a signal interrupts, outside the rounds
+        self.reports_success = False  # the run has success columns (Preflight.reports_success)
 
     def run(self) -> TrainingSummary:
         with contextlib.ExitStack() as stack:
@@ -147,6 +148,7 @@ class TrainingRun:
             checked.actor,
             checked.stored,
         )
+        self.reports_success = checked.reports_success
         if stored is not None:
             self.progress = dataclasses.replace(stored.progress)
             self.resumable = Path(str(options.resume))
@@ -220,13 +222,10 @@ class TrainingRun:
         """The rounds left, counted in env steps (a resume may change the round size: more
         rollout actors); the best measures what this run's criterion measures."""
         config, progress = self.config, self.progress
-        criterion = (
-            BEST_BY_EVALUATION
-            if config.evaluation.interval_env_steps is not None
-            else BEST_BY_TRAINING_RETURN
-        )
+        criterion = best_criterion(config)
         if progress.best_criterion != criterion:  # the stored best measured something else
             progress.best_return, progress.best_criterion = None, criterion
+            progress.best_tiebreak = None
         rounds_left = max(
             0, math.ceil((config.total_env_steps - progress.env_steps) / steps_per_round)
         )
@@ -245,6 +244,7 @@ class TrainingRun:
             algorithm,
             actor.aux_loss_names,
             evaluation=config.evaluation.interval_env_steps is not None,
+            success=self.reports_success,
         )
         for output in (
             config.checkpoint_path,
@@ -327,6 +327,7 @@ class RoundsRun:
         self.owner, self.loop, self.sinks = owner, loop, sinks
         self.evaluator, self.checkpointing = evaluator, checkpointing
         self.last_return: float | None = None
+        self.success_key_checked = False
         self.display = TrainingProgress(
             total_env_steps=0, completed=0, quiet=True, console=owner.console
         )
@@ -365,14 +366,23 @@ class RoundsRun:
                 row = _metrics_row(
                     progress, stats, learner_metrics, plan.steps_per_round / (now - round_started)
                 )
+                if owner.reports_success:
+                    row["success_rate"] = success_rate(
+                        [outcome for s in stats for outcome in s["episode_successes"]]
+                    )
+                    self._warn_if_no_success_reported(row, round_index)
                 if evaluated is not None:
-                    row.update(evaluated[0].metrics())
+                    row.update(evaluated[0].metrics(success=owner.reports_success))
                 try:  # a full disk, a learner lost while it saves its replay buffer
                     self.sinks.write(row)
                     if row["episode_return_mean"] is not None:
                         self.last_return = row["episode_return_mean"]
                     checkpoint = self.checkpointing.round_ended(
-                        obs_rms_state, learner_states, row["episode_return_mean"], evaluated
+                        obs_rms_state,
+                        learner_states,
+                        row["episode_return_mean"],
+                        evaluated,
+                        row.get("success_rate"),
                     )
                     owner.resumable = owner.config.checkpoint_path
                     if evaluator.due(progress.env_steps):
@@ -394,6 +404,19 @@ class RoundsRun:
             if stop.requested:  # the last round finished; skip the final evaluation
                 raise stop.stopped(owner.resumable, progress.round)
         return None
+
+    def _warn_if_no_success_reported(self, row: dict[str, Any], round_index: int) -> None:
+        """Once, after the first round with finished episodes: a configured ``env.success_key``
+        that none of them reported (a misspelt key writes an empty column otherwise)."""
+        key = self.owner.config.env.success_key
+        if key is None or self.success_key_checked or not row["episodes"]:
+            return
+        self.success_key_checked = True
+        if row["success_rate"] is None:
+            self.owner.warn(
+                f"warning: env.success_key {key!r}: none of the {row['episodes']} episodes of "
+                f"round {round_index + 1} reported it in info; success_rate stays empty"
+            )
 
 
 def _cluster_devices() -> AvailableDevices:

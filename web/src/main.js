@@ -10,9 +10,9 @@ const RUN_LIST_MS = 5000;
 const MAX_POINTS = 2000;
 const SUMMARY_MS = 10000;  // a run's checkpoint summary (runs table) is fetched again after this
 const ALL_METRICS = "all";
-// Drawn with the returns, not in the metric grid.
+// Drawn in the return and success charts, not in the metric grid.
 const RETURN_COLUMNS = new Set(["episode_return_mean", "episode_return_min", "episode_return_max",
-  "eval_return_mean", "eval_return_std", "eval_env_steps"]);
+  "eval_return_mean", "eval_return_std", "eval_env_steps", "success_rate", "eval_success_rate"]);
 const PALETTE = ["#2457c5", "#d9480f", "#2b8a3e", "#ae3ec9", "#e67700", "#0b7285", "#c2255c",
   "#5c940d", "#364fc7", "#862e9c", "#a61e4d", "#087f5b"];
 
@@ -25,6 +25,7 @@ const state = {
   polling: false,
   charts: [],
   drawn: {},                // run or group name -> return points drawn (tests read it)
+  successDrawn: {},         // the same for the success chart
   summaries: new Map(),     // id -> {summary, fetched}: /api/runs/<id>/summary
   sort: { column: "best evaluation", descending: true },
   table: [],                // the runs table's rows as shown (tests read it)
@@ -313,6 +314,13 @@ function render() {
   state.drawn = Object.fromEntries(drawn.map((l) => [l.label, l.ys.filter((v) => v !== null).length]));
   $("return-chart").textContent = "";
   chartBox($("return-chart"), "episode return", drawn, log, 300);
+  const successes = [...lines("success_rate", null, null), ...lines("eval_success_rate", null, null,
+    { x: "eval_env_steps", suffix: " (evaluation)", dash: true })];
+  state.successDrawn = Object.fromEntries(
+    successes.map((l) => [l.label, l.ys.filter((v) => v !== null).length]));
+  $("success-box").hidden = successes.length === 0;
+  $("success-chart").textContent = "";
+  if (successes.length) chartBox($("success-chart"), "success rate", successes, false, 220);
   const metric = $("metric").value;
   const grid = $("metric-charts");
   grid.textContent = "";
@@ -439,6 +447,7 @@ function bindControls() {
 // For tests and benchmarks: what the return chart drew.
 window.drlDashboard = {
   returnPoints: () => ({ ...state.drawn }),
+  successPoints: () => ({ ...state.successDrawn }),
   runs: () => state.runs.map((r) => r.name),
   charts: () => state.charts.map((c) => c.name),
   chartCsv: (name) => chartCsv(state.charts.find((c) => c.name === name)),

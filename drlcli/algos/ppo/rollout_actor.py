@@ -144,6 +144,7 @@ class MuJoCoActor(EvaluationHost):
         truncated = np.empty((steps, num_envs), dtype=bool)
         episode_returns: list[float] = []
         episode_lengths: list[int] = []
+        episode_successes: list[bool] = []
 
         with torch.inference_mode():
             for t in range(steps):
@@ -174,6 +175,7 @@ class MuJoCoActor(EvaluationHost):
                     next_values[t, step.truncated] = self._values(final)
                 episode_returns += step.finished_returns
                 episode_lengths += step.finished_lengths
+                episode_successes += step.finished_successes
             last_obs = normalize_observation(self.envs.obs, rms, clip)
             last_values = self._values(last_obs)
 
@@ -199,6 +201,7 @@ class MuJoCoActor(EvaluationHost):
             "episode_return_sum": float(sum(episode_returns)),
             "episode_returns": episode_returns,
             "episode_len_sum": int(sum(episode_lengths)),
+            "episode_successes": episode_successes,
             "obs_rms_moments": compute_batch_moments(raw_obs.reshape(count, obs_dim)).to_dict(),
             "reward_moments": (
                 None if self.reward_scaler is None else self.reward_scaler.state_dict()
