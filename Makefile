@@ -7,7 +7,7 @@ export RAY_USAGE_STATS_ENABLED := 0
 export RAY_AUTH_MODE := disabled
 export MUJOCO_GL ?= egl
 
-.PHONY: setup demo test test-fast mutation test-latest lint clean
+.PHONY: setup demo test test-fast mutation test-latest test-robotics lint clean
 
 setup: $(VENV)/.installed $(PAGE)
 
@@ -61,9 +61,22 @@ test-latest: $(PAGE)
 	$(LATEST)/bin/python -m pip freeze | grep -i -E "^(torch|numpy|gymnasium|mujoco|ray|onnx|onnxruntime)=="
 	$(LATEST)/bin/python -m pytest
 
+# drl on the robotics packages (scripts/robotics_check.py): per tested set, a virtual
+# environment with the set's MuJoCo and packages (constraints-robotics-SET.txt, the extra of the
+# same name), then a short run of its tasks through train, verify, play --video and export.
+# A download of its own and minutes per set; not CI.
+ROBOTICS_SETS := dmc metaworld
+test-robotics: $(PAGE)
+	@for set in $(ROBOTICS_SETS); do \
+		venv=.venv-robotics-$$set; \
+		$(PYTHON) -m venv $$venv && \
+		$$venv/bin/python -m pip install --quiet -c constraints-robotics-$$set.txt -e ".[$$set]" && \
+		$$venv/bin/python scripts/robotics_check.py $$set || exit 1; \
+	done
+
 lint: setup
 	$(BIN)/ruff check drlcli tests scripts examples
 	$(BIN)/python -m compileall -q drlcli scripts tests examples
 
 clean:
-	rm -rf $(VENV) $(LATEST) mutants output .pytest_cache .ruff_cache web/node_modules drlcli/dashboard/static
+	rm -rf $(VENV) $(LATEST) .venv-robotics-* mutants output .pytest_cache .ruff_cache web/node_modules drlcli/dashboard/static

@@ -29,6 +29,8 @@ from drlcli.algos.algorithm import Algorithm
 from drlcli.algos.registry import get_algorithm
 from drlcli.atomic import atomic_output
 from drlcli.config import EnvConfig, check_env_kwargs
+from drlcli.config_fields import check_plain_data
+from drlcli.env_wrappers import wrapper_records
 from drlcli.envs import EnvFacts
 from drlcli.errors import CheckpointError, ConfigError, SemanticsError
 from drlcli.normalization import DEFAULT_OBSERVATION_CLIP
@@ -76,6 +78,8 @@ class EnvRecord:
     kwargs: dict[str, Any] = field(default_factory=dict)
     # A Dict task's parts in the flat observation (``layout_record``); None: a flat Box.
     observation_layout: list[dict[str, Any]] | None = None
+    # Gymnasium wrappers around the task, the first innermost (``wrapper_records``).
+    wrappers: list[dict[str, Any]] = field(default_factory=list)
 
     @staticmethod
     def of(env: EnvConfig, facts: EnvFacts) -> EnvRecord:
@@ -89,6 +93,7 @@ class EnvRecord:
             max_episode_steps=env.max_episode_steps,
             kwargs=dict(env.kwargs),
             observation_layout=layout_record(facts.observation_layout),
+            wrappers=wrapper_records(env.wrappers),
         )
 
     def facts(self) -> EnvFacts:
@@ -215,6 +220,7 @@ class Checkpoint:
                 max_episode_steps=max_steps,
                 kwargs=dict(env["kwargs"]),
                 observation_layout=env.get("observation_layout"),  # absent before Dict tasks
+                wrappers=_wrappers(env.get("wrappers", [])),  # absent before env.wrappers
             )
             layout = layout_from_record(env_record.observation_layout)
             if layout is not None and [layout[-1].stop] != env_record.observation_shape:
@@ -252,6 +258,21 @@ class Checkpoint:
             inference_memory=_inference_memory(payload, source),
             evaluation=_evaluation(payload.get("evaluation"), source),
         )
+
+
+def _wrappers(value: Any) -> list[dict[str, Any]]:
+    """A checkpoint's ``env.wrappers``: ``[{name: str, kwargs: plain mapping}]``."""
+    if not isinstance(value, list) or not all(
+        isinstance(w, dict) and isinstance(w.get("name"), str) and isinstance(w.get("kwargs"), dict)
+        for w in value
+    ):
+        raise ValueError(f"wrappers must be a list of {{name, kwargs}}, got {value!r}")
+    for wrapper in value:
+        try:
+            check_plain_data(wrapper["kwargs"], f"wrappers {wrapper['name']} kwargs")
+        except ConfigError as error:
+            raise ValueError(str(error)) from None
+    return [{"name": w["name"], "kwargs": dict(w["kwargs"])} for w in value]
 
 
 def _observation_clip(payload: Mapping[str, Any], source: str) -> float:
@@ -661,6 +682,11 @@ def check_fits(
             problems.append(f"algo: checkpoint {checkpoint.algo!r} != config {config.algo!r}")
         if checkpoint.env.id != config.env.id:
             problems.append(f"env.id: checkpoint {checkpoint.env.id!r} != config {config.env.id!r}")
+        if checkpoint.env.wrappers != wrapper_records(config.env.wrappers):
+            problems.append(
+                f"env.wrappers: checkpoint {checkpoint.env.wrappers} != config "
+                f"{wrapper_records(config.env.wrappers)}"
+            )
         if checkpoint.env.kwargs != config.env.kwargs:
             problems.append(
                 f"env.kwargs: checkpoint {checkpoint.env.kwargs} != config {config.env.kwargs} "

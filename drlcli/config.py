@@ -29,6 +29,16 @@ from drlcli.errors import ConfigError
 
 
 @dataclass(frozen=True)
+class EnvWrapperConfig:
+    """One of Gymnasium's own wrappers around the task (``env.wrappers``)."""
+
+    name: str
+    """A class of ``gymnasium.wrappers`` (``FrameStackObservation``, ``RescaleAction``...)."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Its keyword arguments besides the environment; plain data only."""
+
+
+@dataclass(frozen=True)
 class EnvConfig:
     """The Gymnasium task every rollout actor steps."""
 
@@ -47,6 +57,10 @@ class EnvConfig:
     """A Dict observation's parts the policy reads, in this order (``outer/inner`` for a
     nested one; a nested dict's name stands for all its parts, sorted); null: every part,
     sorted. The order is recorded in checkpoints and exports."""
+    wrappers: tuple[EnvWrapperConfig, ...] = ()
+    """Gymnasium's own wrappers around the task, the first innermost, before drl reads a Dict
+    observation: names from ``gymnasium.wrappers`` only, recorded in checkpoints so play,
+    evaluation and export rebuild the same task."""
     success_key: str | None = None
     """The step ``info`` key that says the task succeeded (Meta-World's ``success``,
     Gymnasium-Robotics' ``is_success``); null: ``success`` or ``is_success``, whichever the task
@@ -328,6 +342,8 @@ def config_from_dict(raw: dict[str, Any], default_name: str = "run") -> Config:
     )
     algorithm.check_params(config.algo_params)
     check_env_kwargs(config.env.kwargs, "env.kwargs")
+    for index, wrapper in enumerate(config.env.wrappers):
+        check_plain_data(wrapper.kwargs, f"env.wrappers[{index}].kwargs")
     for key, value in config.runtime_env.env_vars.items():
         if not isinstance(value, str):
             raise ConfigError(

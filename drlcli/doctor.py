@@ -30,6 +30,24 @@ OPTIONAL_PACKAGES = (
     ("mlflow", ("mlflow", "mlflow-skinny"), "mlflow", "logging.mlflow, drl train --mlflow"),
 )
 
+# The robotics packages users bring beside drl: (name, its distributions, a task of it as drl
+# names it, that task's env.kwargs). Each installed one is tried: can drl make its task here?
+ROBOTICS_PACKAGES: tuple[tuple[str, tuple[str, ...], str, dict[str, str]], ...] = (
+    ("dm_control (via Shimmy)", ("shimmy", "dm-control"), "shimmy:dm_control/walker-walk-v0", {}),
+    ("gymnasium-robotics", ("gymnasium-robotics",), "gymnasium_robotics:FetchReach-v4", {}),
+    ("metaworld", ("metaworld",), "metaworld:Meta-World/MT1", {"env_name": "reach-v3"}),
+)
+
+# Makes a task as drl train does (drl's own one-line errors) and closes it.
+_TASK_PROBE = """
+import json, sys
+from drlcli.envs import env_facts, make_env
+env = make_env(sys.argv[1], **json.loads(sys.argv[2]))
+facts = env_facts(env)
+env.close()
+print(f"makes {sys.argv[1]} ({facts.obs_dim} observations, {facts.action_dim} actions)")
+"""
+
 # Renders one frame of a one-sphere model offscreen with the backend MUJOCO_GL names.
 _RENDER_PROBE = """
 import mujoco
@@ -100,6 +118,13 @@ def probe_ray_cluster(address: str) -> Probe:
     return run_probe(_RAY_PROBE, [address], env, 20.0)
 
 
+def probe_task(env_id: str, kwargs: dict[str, str]) -> Probe:
+    """Whether drl makes the task ``env_id`` here (its package imported in a fresh Python)."""
+    import json
+
+    return run_probe(_TASK_PROBE, [env_id, json.dumps(kwargs)], {"MUJOCO_GL": "egl"}, 120.0)
+
+
 def package_version(name: str) -> str | None:
     try:
         return importlib.metadata.version(name)
@@ -110,10 +135,12 @@ def package_version(name: str) -> str | None:
 def diagnose(
     render_probe: Callable[[str], Probe] | None = None,
     ray_probe: Callable[[str], Probe] | None = None,
+    task_probe: Callable[[str, dict[str, str]], Probe] | None = None,
 ) -> Diagnosis:
     """Everything ``drl doctor`` reports (the probes can be replaced, for tests)."""
     render_probe = render_probe or probe_rendering_backend
     ray_probe = ray_probe or probe_ray_cluster
+    task_probe = task_probe or probe_task
     diagnosis = Diagnosis()
     facts, problems = diagnosis.facts, diagnosis.problems
     facts.append(("python", f"{platform.python_version()} ({sys.executable})"))
@@ -134,6 +161,8 @@ def diagnose(
                 else f"not installed ({use}: pip install 'drlcli[{extra}]')",
             )
         )
+
+    _diagnose_robotics_packages(diagnosis, task_probe)
 
     try:
         import torch
@@ -193,3 +222,27 @@ def diagnose(
     else:
         facts.append(("Ray", "RAY_ADDRESS unset: drl train starts a local Ray"))
     return diagnosis
+
+
+def _diagnose_robotics_packages(
+    diagnosis: Diagnosis, task_probe: Callable[[str, dict[str, str]], Probe]
+) -> None:
+    """Each robotics package installed: whether drl makes a task of it under this MuJoCo (its
+    failure is a problem for runs of that package only: not blocking)."""
+    mujoco = package_version("mujoco") or "not installed"
+    for name, distributions, env_id, kwargs in ROBOTICS_PACKAGES:
+        versions = [(d, package_version(d)) for d in distributions]
+        installed = ", ".join(f"{d} {v}" for d, v in versions if v)
+        if not all(v for _, v in versions):
+            what = f"partly installed ({installed})" if installed else "not installed"
+            diagnosis.facts.append((name, f"{what}: its tasks are not tried"))
+            continue
+        probe = task_probe(env_id, kwargs)
+        diagnosis.facts.append(
+            (name, f"{installed}: {probe.detail}" if probe.ok else f"{installed}: cannot make it")
+        )
+        if not probe.ok:
+            diagnosis.problems.append(
+                f"{name} ({installed}) cannot make {env_id} under MuJoCo {mujoco}: "
+                f"{probe.detail}; install a MuJoCo version the package supports"
+            )

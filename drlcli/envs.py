@@ -7,12 +7,14 @@ flat ``Box`` or a ``Dict`` of ``Box`` parts (read as one flat vector, ``drlcli.o
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from drlcli.config import EnvConfig
+from drlcli.env_wrappers import apply_wrappers
 from drlcli.errors import EnvironmentSpecError, TrainingError
 from drlcli.observations import ObservationLayout, flat_observation_env
 from drlcli.success import ANY_STEP, EpisodeSuccess
@@ -38,13 +40,14 @@ def env_module(env_id: str) -> str | None:
 
 
 def make_task_env(env_config: EnvConfig, **overrides: Any) -> Any:
-    """The task ``env_config`` describes (its id, time limit, kwargs and observation keys), as
-    every process of a run makes it; ``overrides`` (``render_mode``, ``width``...) win over the
-    kwargs."""
+    """The task ``env_config`` describes (its id, time limit, kwargs, wrappers and observation
+    keys), as every process of a run makes it; ``overrides`` (``render_mode``, ``width``...) win
+    over the kwargs."""
     return make_env(
         env_config.id,
         max_episode_steps=env_config.max_episode_steps,
         observation_keys=env_config.observation_keys,
+        wrappers=env_config.wrappers,
         **{**env_config.kwargs, **overrides},
     )
 
@@ -55,10 +58,12 @@ def make_env(
     max_episode_steps: int | None = None,
     render_mode: str | None = None,
     observation_keys: tuple[str, ...] | list[str] | None = None,
+    wrappers: Sequence[Any] = (),
     **kwargs: Any,
 ) -> Any:
-    """``gymnasium.make`` with drl's error messages and space checks; a ``Dict`` observation is
-    read as the flat vector of ``observation_keys`` (``drlcli.observations``).
+    """``gymnasium.make`` with drl's error messages and space checks, inside ``wrappers``
+    (``drlcli.env_wrappers``); a ``Dict`` observation is read as the flat vector of
+    ``observation_keys`` (``drlcli.observations``).
 
     Raises:
         EnvironmentSpecError: unknown id, missing dependency, unsupported spaces, or
@@ -79,20 +84,68 @@ def make_env(
         raise EnvironmentSpecError(
             f"env.id: {env_id!r} needs a missing package ({error})"
         ) from error
-    except (TypeError, ValueError, OSError) as error:
-        if not kwargs:  # not the user's input: a genuine bug, keep the traceback
-            raise
-        reason = " ".join(str(error).split())[:300]
+    except Exception as error:  # whatever the task's package raises: one line, never a traceback
+        reason = f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
+        if _rejects_kwargs(error, kwargs):
+            raise EnvironmentSpecError(
+                f"env.kwargs: {env_id} does not accept {kwargs}: {reason}"
+            ) from error
         raise EnvironmentSpecError(
-            f"env.kwargs: {env_id} does not accept {kwargs}: {type(error).__name__}: {reason}"
+            f"env.id: making {env_id} failed inside {_package_of(env_id)} under MuJoCo "
+            f"{_mujoco_version()} ({reason}); the package may need another MuJoCo "
+            "(drl doctor shows the versions installed)"
         ) from error
     try:
+        env = apply_wrappers(env, wrappers)
         env = flat_observation_env(env, observation_keys, env_id)
         env_facts(env)
     except BaseException:
         env.close()
         raise
     return env
+
+
+def _rejects_kwargs(error: Exception, kwargs: dict[str, Any]) -> bool:
+    """Whether ``error`` is about the user's ``kwargs``: a call that does not take them, or a
+    message naming one of them or its value (an ``xml_file`` path that does not exist). Any
+    other failure is the task package's own, whatever the kwargs."""
+    if not kwargs:
+        return False
+    message = str(error)
+    if isinstance(error, TypeError) and (
+        "keyword argument" in message or "positional argument" in message
+    ):
+        return True
+    named = [str(key) for key in kwargs] + [
+        str(value) for value in kwargs.values() if isinstance(value, str) and len(value) > 2
+    ]
+    return any(name in message for name in named)
+
+
+def _package_of(env_id: str) -> str:
+    """The package that makes ``env_id`` (its entry point's top module), with its version."""
+    import importlib.metadata
+
+    import gymnasium as gym
+
+    registered = env_id.partition(":")[2] if env_module(env_id) else env_id  # once imported
+    try:
+        entry_point = gym.spec(registered).entry_point
+    except gym.error.Error:
+        return "its package"
+    module = entry_point if isinstance(entry_point, str) else entry_point.__module__
+    top = module.split(":")[0].split(".")[0]
+    distributions = importlib.metadata.packages_distributions().get(top, [top])
+    try:
+        return f"{top} {importlib.metadata.version(distributions[0])}"
+    except importlib.metadata.PackageNotFoundError:
+        return top
+
+
+def _mujoco_version() -> str:
+    import mujoco
+
+    return str(mujoco.__version__)
 
 
 def _warn_from_mujoco(message: str) -> None:
@@ -119,8 +172,14 @@ def env_facts(env: Any) -> EnvFacts:
     env_id = env.spec.id if env.spec is not None else type(env.unwrapped).__name__
     obs_space, action_space = env.observation_space, env.action_space
     if not isinstance(obs_space, spaces.Box) or len(obs_space.shape) != 1:
+        hint = (
+            "; flatten it with env.wrappers: [{name: FlattenObservation}]"
+            if isinstance(obs_space, spaces.Box)
+            else ""
+        )
         raise EnvironmentSpecError(
-            f"{env_id}: observation space must be a flat Box or a Dict of Boxes, got {obs_space}"
+            f"{env_id}: observation space must be a flat Box or a Dict of Boxes, got "
+            f"{obs_space}{hint}"
         )
     if not isinstance(action_space, spaces.Box) or len(action_space.shape) != 1:
         raise EnvironmentSpecError(f"{env_id}: action space must be a flat Box, got {action_space}")
@@ -177,12 +236,14 @@ class EnvBatch:
         observation_keys: tuple[str, ...] | None = None,
         success_key: str | None = None,
         success_when: str = ANY_STEP,
+        wrappers: Sequence[Any] = (),
     ) -> None:
         self.envs = [
             make_env(
                 env_id,
                 max_episode_steps=max_episode_steps,
                 observation_keys=observation_keys,
+                wrappers=wrappers,
                 **(env_kwargs or {}),
             )
             for _ in range(num_envs)
@@ -217,6 +278,7 @@ class EnvBatch:
             observation_keys=env_config.observation_keys,
             success_key=env_config.success_key,
             success_when=env_config.success_when,
+            wrappers=env_config.wrappers,
         )
 
     def step(self, env_actions: np.ndarray) -> StepBatch:

@@ -71,6 +71,7 @@ class PlayPolicy(FrozenPolicy):
             layout); None for a flat Box observation.
         success: ``(env.success_key, env.success_when)`` of the training config: how an
             episode's success is read (``drlcli.success``).
+        wrappers: the Gymnasium wrappers training put around the task (the checkpoint's).
         checkpoint: the whole checkpoint.
         inference_memory: bytes per category the rebuilt actor declares it needs for inference.
     """
@@ -81,6 +82,7 @@ class PlayPolicy(FrozenPolicy):
     max_episode_steps: int | None
     observation_keys: tuple[str, ...] | None
     success: tuple[str | None, str]
+    wrappers: list[dict[str, Any]]
     checkpoint: Checkpoint
     inference_memory: dict[str, int]
 
@@ -91,6 +93,7 @@ class PlayPolicy(FrozenPolicy):
             self.env_id,
             max_episode_steps=self.max_episode_steps,
             observation_keys=self.observation_keys,
+            wrappers=self.wrappers,
             **{**self.env_kwargs, **overrides},
         )
 
@@ -110,10 +113,11 @@ def view_from(env: Any, camera: str) -> None:
     """Set the view of a MuJoCo env before its first frame.
 
     ``follow``: its free camera tracks the body its camera settings name (``trackbodyid``), or
-    the root body, with their distance and angles (Gymnasium sets those but leaves the camera
-    free, so a hopper leaves the frame within seconds). ``fixed``: Gymnasium's free camera, in
-    place. Any other value names a camera of the model (``make_render_env`` passes it on);
-    refused with the model's camera names when there is none of that name.
+    the first body that moves (``tracked_body``), with their distance and angles (Gymnasium
+    sets those but leaves the camera free, so a hopper leaves the frame within seconds).
+    ``fixed``: Gymnasium's free camera, in place. Any other value names a camera of the model
+    (``make_render_env`` passes it on); refused with the model's camera names when there is
+    none of that name.
     """
     import mujoco
 
@@ -131,11 +135,23 @@ def view_from(env: Any, camera: str) -> None:
         return
     if camera == CAMERA_FOLLOW:
         config = dict(renderer.default_cam_config or {})
-        body = int(config.get("trackbodyid", 0) or 0)
-        config["trackbodyid"] = body if 0 < body < model.nbody else 1  # 1: the root body
+        config["trackbodyid"] = tracked_body(model, int(config.get("trackbodyid", 0) or 0))
         config["type"] = mujoco.mjtCamera.mjCAMERA_TRACKING
         renderer.default_cam_config = config  # applied when the viewer is made, at frame one
         renderer.camera_id = None  # -1 would reset the camera to free at every frame
+
+
+def tracked_body(model: Any, configured: int) -> int:
+    """The body the ``follow`` view tracks: the one the task's camera settings name, else the
+    first body that moves (has a joint). That is the root body of a walking robot; for a
+    fixed-base arm whose first body is a static floor or table (Gymnasium-Robotics' Fetch), the
+    arm's first moving link, so the arm stays in the frame."""
+    if 0 < configured < model.nbody:
+        return configured
+    for body in range(1, model.nbody):
+        if model.body_jntnum[body] > 0:
+            return body
+    return 1 if model.nbody > 1 else 0
 
 
 def load_play_actor(
@@ -187,7 +203,9 @@ def load_play_actor(
     stored_layout = checkpoint.env.facts().observation_layout
     keys = None if stored_layout is None else tuple(field.key for field in stored_layout)
     try:
-        env = make_env(run_env_id, observation_keys=keys, **env_kwargs)
+        env = make_env(
+            run_env_id, observation_keys=keys, wrappers=checkpoint.env.wrappers, **env_kwargs
+        )
     except EnvironmentSpecError as error:
         if keys is None:
             raise
@@ -223,6 +241,7 @@ def load_play_actor(
         max_episode_steps=checkpoint.env.max_episode_steps,
         observation_keys=keys,
         success=_success_settings(checkpoint),
+        wrappers=checkpoint.env.wrappers,
         checkpoint=checkpoint,
         inference_memory=declared_inference_memory(actor),
     )
@@ -345,6 +364,29 @@ class RealTimePacer:
         self._next = now + self.step_seconds
 
 
+def _render_env_sized(
+    policy: PlayPolicy, camera: str, width: int, height: int
+) -> tuple[Any, Callable[[np.ndarray], np.ndarray]]:
+    """The render environment at ``width`` x ``height``, and what turns its frames into frames
+    of that size: the identity where ``gymnasium.make`` takes the size; a task whose make does
+    not (Shimmy's dm_control tasks) renders at its own size, and its frames are resized."""
+    try:
+        env = policy.make_render_env("rgb_array", camera, width=width, height=height)
+        return env, lambda frame: frame
+    except EnvironmentSpecError as error:
+        if "width" not in str(error) and "height" not in str(error):
+            raise
+    from PIL import Image
+
+    def resized(frame: np.ndarray) -> np.ndarray:
+        if frame.shape[:2] == (height, width):
+            return frame
+        image = Image.fromarray(np.ascontiguousarray(frame))
+        return np.asarray(image.resize((width, height), Image.Resampling.BILINEAR))
+
+    return policy.make_render_env("rgb_array", camera), resized
+
+
 def record_video(
     policy: PlayPolicy,
     path: str | Path,
@@ -375,7 +417,7 @@ def record_video(
         raise UsageError(f"--video {path}: use a .mp4 (or .mov/.mkv) file name")
     if width <= 0 or height <= 0 or width % 2 or height % 2:
         raise UsageError(f"--width/--height must be positive even numbers, got {width}x{height}")
-    env = policy.make_render_env("rgb_array", camera, width=width, height=height)
+    env, resized = _render_env_sized(policy, camera, width, height)
     fps = fps or int(env.metadata.get("render_fps", 30))
     frames = 0
     with atomic_output(path) as temp:
@@ -384,7 +426,7 @@ def record_video(
 
             def capture(frame_env: Any) -> None:
                 nonlocal frames
-                writer.append_data(frame_env.render())
+                writer.append_data(resized(frame_env.render()))
                 frames += 1
 
             results = run_episodes(policy, episodes, seed, deterministic, env=env, on_frame=capture)

@@ -343,3 +343,35 @@ class SuccessPatternEnv(ImprovingEnv):
 
 if SUCCESS_PATTERN_ENV_ID not in gymnasium.registry:
     gymnasium.register(SUCCESS_PATTERN_ENV_ID, entry_point=SuccessPatternEnv, max_episode_steps=8)
+
+
+BROKEN_PACKAGE_ENV_ID = "drltest/BrokenPackage-v0"
+
+
+class BrokenPackageEnv(gymnasium.Env):
+    """A task whose package fails while it is made, whatever it is given (Meta-World under a
+    MuJoCo it does not support): the failure is the package's, not the user's ``env_name``."""
+
+    def __init__(self, env_name: str = "reach-v3", render_mode: str | None = None) -> None:
+        raise ValueError("could not broadcast input array from shape (39,) into shape (36,)")
+
+
+if BROKEN_PACKAGE_ENV_ID not in gymnasium.registry:
+    gymnasium.register(BROKEN_PACKAGE_ENV_ID, entry_point=BrokenPackageEnv)
+
+
+FIXED_SIZE_RENDER_ENV_ID = "drltest/FixedSizeRender-v0"
+
+
+def _fixed_size_render(render_mode: str | None = None):
+    """InvertedPendulum whose ``make`` takes no ``width``/``height`` and renders 64 x 48 (as
+    Shimmy's dm_control tasks render at their own size)."""
+    from gymnasium.envs.mujoco.inverted_pendulum_v5 import InvertedPendulumEnv
+
+    return InvertedPendulumEnv(render_mode=render_mode, width=64, height=48)
+
+
+if FIXED_SIZE_RENDER_ENV_ID not in gymnasium.registry:
+    gymnasium.register(
+        FIXED_SIZE_RENDER_ENV_ID, entry_point=_fixed_size_render, max_episode_steps=20
+    )

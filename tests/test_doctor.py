@@ -69,3 +69,56 @@ def test_a_ray_address_that_does_not_answer_is_a_problem_and_versions_are_listed
     found = dict(diagnosis.facts)
     assert found["torch"].startswith("2.") and found["drlcli"] and found["mujoco"]
     assert "CUDA" in found
+
+
+@pytest.mark.subprocess
+def test_a_task_probe_makes_the_task_as_drl_does_and_reports_a_package_failure_in_one_line():
+    made = doctor.probe_task("tests.dict_envs:drltest/DictReach-v0", {})
+    assert made == doctor.Probe(
+        True, "makes tests.dict_envs:drltest/DictReach-v0 (7 observations, 2 actions)"
+    )
+    broken = doctor.probe_task("tests.range_envs:drltest/BrokenPackage-v0", {"env_name": "x"})
+    assert not broken.ok and "\n" not in broken.detail
+    assert "failed inside tests" in broken.detail and "could not broadcast" in broken.detail
+
+
+def test_each_installed_robotics_package_is_tried_and_a_failure_is_a_problem_not_a_block(
+    monkeypatch,
+):
+    monkeypatch.setenv("MUJOCO_GL", "egl")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(
+        doctor,
+        "ROBOTICS_PACKAGES",
+        (
+            ("works", ("gymnasium",), "good:Task-v0", {}),
+            ("breaks", ("gymnasium", "numpy"), "bad:Task-v0", {"env_name": "x"}),
+            ("absent", ("no-such-distribution",), "absent:Task-v0", {}),
+            ("half", ("gymnasium", "no-such-distribution"), "half:Task-v0", {}),
+        ),
+    )
+    tried = []
+
+    def task_probe(env_id, kwargs):
+        tried.append((env_id, kwargs))
+        if env_id == "good:Task-v0":
+            return doctor.Probe(True, "makes good:Task-v0 (3 observations, 1 actions)")
+        return doctor.Probe(False, "env.id: making bad:Task-v0 failed inside bad 1.0 (...)")
+
+    diagnosis = doctor.diagnose(
+        render_probe=lambda b: doctor.Probe(True, "works"), task_probe=task_probe
+    )
+    assert tried == [("good:Task-v0", {}), ("bad:Task-v0", {"env_name": "x"})]
+    found = dict(diagnosis.facts)
+    gymnasium = doctor.package_version("gymnasium")
+    assert (
+        found["works"] == f"gymnasium {gymnasium}: makes good:Task-v0 (3 observations, 1 actions)"
+    )
+    assert found["absent"] == "not installed: its tasks are not tried"
+    assert found["half"] == f"partly installed (gymnasium {gymnasium}): its tasks are not tried"
+    assert not diagnosis.blocking
+    assert diagnosis.problems == [
+        f"breaks (gymnasium {gymnasium}, numpy {doctor.package_version('numpy')}) cannot make "
+        f"bad:Task-v0 under MuJoCo {doctor.package_version('mujoco')}: env.id: making "
+        "bad:Task-v0 failed inside bad 1.0 (...); install a MuJoCo version the package supports"
+    ]

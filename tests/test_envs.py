@@ -124,3 +124,26 @@ def test_an_env_state_of_another_task_is_refused():
     pendulum.reset(seed=0)
     with pytest.raises(ValueError, match="MuJoCo state does not fit"):
         load_env_state(pendulum, env_state(hopper))
+
+
+def test_a_package_that_fails_while_making_its_task_is_one_line_that_never_blames_kwargs():
+    import mujoco
+
+    with pytest.raises(EnvironmentSpecError) as error:
+        make_env("tests.range_envs:drltest/BrokenPackage-v0", env_name="reach-v3")
+    message = str(error.value)
+    assert message.startswith(
+        "env.id: making tests.range_envs:drltest/BrokenPackage-v0 failed inside tests"
+    )
+    assert (
+        f"under MuJoCo {mujoco.__version__} (ValueError: could not broadcast input array from "
+        "shape (39,) into shape (36,)); the package may need another MuJoCo"
+    ) in message
+    assert "env.kwargs" not in message and "\n" not in message
+
+
+def test_kwargs_a_task_does_not_take_are_still_blamed_on_env_kwargs():
+    with pytest.raises(
+        EnvironmentSpecError, match=r"env.kwargs: Hopper-v5 does not accept \{'wings"
+    ):
+        make_env("Hopper-v5", wings=2)

@@ -151,6 +151,22 @@ def test_video_decodes_to_the_expected_frames(checkpoint_file, tmp_path):
     assert not list(tmp_path.glob(".clip*")), "temporary file left behind"
 
 
+def test_a_task_whose_make_takes_no_size_is_recorded_at_the_size_asked(checkpoint_file, tmp_path):
+    """drltest/FixedSizeRender-v0 renders 64 x 48 and refuses width/height (as Shimmy's
+    dm_control tasks do): its frames are resized to the 96 x 80 asked."""
+    import imageio.v3 as iio
+
+    import tests.range_envs  # noqa: F401  (registers the task)
+
+    policy = load_play_actor(checkpoint_file(), env_id="drltest/FixedSizeRender-v0")
+    path = tmp_path / "clip.mp4"
+    results, frames = record_video(
+        policy, path, episodes=1, seed=0, deterministic=True, width=96, height=80, fps=25
+    )
+    assert iio.imread(path).shape == (frames, 80, 96, 3)
+    assert frames == results[0].length + 1
+
+
 def test_bad_video_arguments_write_nothing(checkpoint_file, tmp_path):
     policy = load_play_actor(checkpoint_file())
     with pytest.raises(UsageError, match="positive even numbers"):
@@ -401,3 +417,38 @@ def test_an_env_the_user_names_needs_no_consent(checkpoint_file):
     policy = load_play_actor(checkpoint_file(foreign_task), env_id="InvertedPendulum-v5")
     assert policy.env_id == "InvertedPendulum-v5"
     assert "not_imported_module" not in sys.modules
+
+
+@pytest.mark.parametrize("camera", ["follow", "fixed"])
+def test_the_default_view_frames_a_fixed_base_arm_whose_first_body_is_static(tmp_path, camera):
+    """Gymnasium's Reacher arm, its model's first body a static one 3 m away (as Fetch's first
+    body is its floor): ``follow`` tracks the arm's first moving link, not that body."""
+    from pathlib import Path
+
+    import gymnasium
+
+    from drlcli.envs import make_env
+    from drlcli.play import tracked_body, view_from
+
+    assets = Path(gymnasium.__file__).parent / "envs" / "mujoco" / "assets"
+    xml = (assets / "reacher.xml").read_text()
+    xml = xml.replace("<worldbody>", '<worldbody>\n<body name="table" pos="3 3 0"/>', 1)
+    (tmp_path / "reacher_on_a_table.xml").write_text(xml)
+    env = make_env(
+        "Reacher-v5",
+        render_mode="rgb_array",
+        width=128,
+        height=128,
+        xml_file=str(tmp_path / "reacher_on_a_table.xml"),
+    )
+    try:
+        model = env.unwrapped.model
+        assert model.body(1).name == "table"
+        assert model.body(tracked_body(model, 0)).name == "body0"
+        view_from(env, camera)
+        env.reset(seed=0)
+        # The arm is small in Reacher's view (about 10 pixels); tracking the static first body
+        # instead, as before, left none of it in the frame.
+        assert robot_pixels(env) > 5
+    finally:
+        env.close()
