@@ -69,6 +69,7 @@ def main() -> int:
     failures = 0
     with tempfile.TemporaryDirectory(prefix="drl-robotics-") as temporary:
         folder = args.keep or Path(temporary)
+        folder.mkdir(parents=True, exist_ok=True)
         for name, env_id, kwargs, module, reports_success in TASKS[args.set]:
             output = Path(folder) / name
             config = Path(folder) / f"{name}.yaml"
