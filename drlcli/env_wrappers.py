@@ -69,7 +69,7 @@ def apply_wrappers(env: Any, wrappers: Sequence[Any]) -> Any:
         cls = wrapper_class(name, f"env.wrappers[{index}]")
         try:
             env = cls(env, **kwargs)
-        except (TypeError, ValueError, AssertionError) as error:
+        except Exception as error:  # whatever the wrapper raises about its arguments: one line
             reason = " ".join(str(error).split())[:300]
             raise EnvironmentSpecError(
                 f"{where}: cannot wrap the task with {kwargs} ({type(error).__name__}: {reason})"
