@@ -73,14 +73,15 @@ class EpisodeSuccess:
         self.succeeded = np.asarray(state["succeeded"], dtype=bool).copy()
 
 
-def first_step_reports(env: Any, configured: str | None, seed: int) -> bool:
+def first_step_reports(env: Any, seed: int) -> bool:
     """Whether ``env``'s first step, after a reset with ``seed``, at the centre of the action
-    box, reports a success key (``reported_key``): how a run decides it has success columns."""
+    box, reports ``success`` or ``is_success``: how a run without ``env.success_key`` decides it
+    has success columns."""
     env.reset(seed=seed)
     space = env.action_space
     centre = (np.asarray(space.low, np.float64) + np.asarray(space.high, np.float64)) / 2
     info = env.step(centre.astype(space.dtype))[4]
-    return reported_key(info, configured) is not None
+    return reported_key(info, None) is not None
 
 
 def success_rate(outcomes: Sequence[bool | None]) -> float | None:

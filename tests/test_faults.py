@@ -48,6 +48,16 @@ def dying_config(tmp_path, algo, kwargs, total, extra="", params=None, env=DIE_E
     return load_config(path)
 
 
+def assert_learner_died(message, round_pattern, config):
+    """The one line of a run that lost learner 0: its round, the process, the checkpoint."""
+    assert re.fullmatch(
+        round_pattern
+        + r": learner 0 died \(pid \d+: .*\); the last good checkpoint is "
+        + re.escape(str(config.checkpoint_path)),
+        message,
+    ), message
+
+
 def run(config):
     output = io.StringIO()
     summary = train(config, quiet=True, devices=NO_GPU, console=Console(file=output, width=200))
@@ -136,12 +146,7 @@ def test_a_learner_killed_while_it_saves_its_replay_buffer_names_the_checkpoint(
     monkeypatch.setattr(checkpointing, "write_checkpoint", write_then_kill_the_learner)
     with pytest.raises(TrainingError) as error:
         run(config)
-    message = str(error.value)
-    assert re.fullmatch(
-        r"round 2: learner 0 died \(pid \d+: .*\); the last good checkpoint is "
-        + re.escape(str(config.checkpoint_path)),
-        message,
-    ), message
+    assert_learner_died(str(error.value), r"round 2", config)
     assert read_checkpoint(config.checkpoint_path).progress.round == 2
     assert [row["round"] for row in read_metrics(config.metrics_path)] == ["1", "2"]
 
@@ -313,12 +318,7 @@ def test_a_dead_learner_stops_the_run_and_resume_continues_from_the_last_checkpo
         run(config)
     thread.join()
     assert killed
-    message = str(error.value)
-    assert re.fullmatch(
-        r"round \d+: learner 0 died \(pid \d+: .*\); the last good checkpoint is "
-        + re.escape(str(config.checkpoint_path)),
-        message,
-    ), message
+    assert_learner_died(str(error.value), r"round \d+", config)
     assert read_checkpoint(config.checkpoint_path).progress.round == 3
 
     summary = train(config, resume=config.checkpoint_path, quiet=True, devices=NO_GPU)

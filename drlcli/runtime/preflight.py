@@ -79,7 +79,7 @@ def preflight(
     try:
         facts = env_facts(env)
         reports_success = config.env.success_key is not None or first_step_reports(
-            env, None, config.env.seed
+            env, config.env.seed
         )
     finally:
         env.close()
