@@ -235,13 +235,23 @@ def _check_dims(payload: dict) -> str:
 
 
 def _check_observation_layout(payload: dict) -> str:
-    layout = _record(payload).env.facts().observation_layout
+    env = _record(payload).env
+    layout = env.facts().observation_layout
     obs_dim = _semantics(payload)["obs_dim"]
     if layout is None:
         return f"a flat Box of {obs_dim}"
     if layout[-1].stop != obs_dim:  # the record's own shape is checked in "format and fields"
         raise _Failed(f"the parts end at {layout[-1].stop}, the policy reads {obs_dim}")
-    return f"{len(layout)} parts of a Dict observation: {describe_layout(layout)}"
+    parts = f"{len(layout)} part{'s' if len(layout) > 1 else ''}"
+    described = f"the policy (and its export) reads {parts}: {describe_layout(layout)}"
+    groups = env.training_groups()  # read and checked against the policy's by from_payload
+    if groups is None:
+        return described
+    hidden = [key for key in groups.critic_only_keys if key in {f.key for f in layout}]
+    if hidden:  # a damaged record can name a part twice
+        raise _Failed(f"critic-only parts {hidden} are in the policy's input")
+    only = ", ".join(groups.critic_only_keys) or "nothing more"
+    return f"{described}; the critic reads {groups.critic_dim} entries, also {only}"
 
 
 def _check_action_bounds(payload: dict) -> str:
@@ -278,7 +288,22 @@ def _check_obs_rms(payload: dict) -> str:
         raise _Failed("obs_rms_state.var has negative entries")
     if not isinstance(count, (int, float)) or not math.isfinite(count) or count <= 0:
         raise _Failed(f"obs_rms_state.count must be positive, got {count!r}")
-    return f"shape [{obs_dim}], count {count:.0f}"
+    described = f"shape [{obs_dim}], count {count:.0f}"
+    groups = _record(payload).env.training_groups()
+    if groups is None:
+        return described
+    training = payload.get("training_obs_rms_state")
+    width = groups.layout[-1].stop
+    if training is None:
+        raise _Failed("a privileged critic's checkpoint lacks training_obs_rms_state")
+    for name in ("mean", "var"):
+        tensor = training.get(name)
+        if not isinstance(tensor, torch.Tensor) or tuple(tensor.shape) != (width,):
+            raise _Failed(f"training_obs_rms_state.{name} must be a tensor of shape [{width}]")
+        policy = state[name]
+        if not torch.equal(tensor[:obs_dim].to(policy.dtype), policy):
+            raise _Failed(f"obs_rms_state.{name} is not the policy's part of the training one")
+    return f"{described}; training observation [{width}]"
 
 
 def _check_finite(payload: dict) -> str:

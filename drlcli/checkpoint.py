@@ -34,7 +34,12 @@ from drlcli.env_wrappers import wrapper_records
 from drlcli.envs import EnvFacts
 from drlcli.errors import CheckpointError, ConfigError, SemanticsError
 from drlcli.normalization import DEFAULT_OBSERVATION_CLIP
-from drlcli.observations import describe_layout, layout_from_record, layout_record
+from drlcli.observations import (
+    ObservationGroups,
+    describe_layout,
+    layout_from_record,
+    layout_record,
+)
 
 if TYPE_CHECKING:
     from drlcli.config import Config
@@ -80,24 +85,36 @@ class EnvRecord:
     observation_layout: list[dict[str, Any]] | None = None
     # Gymnasium wrappers around the task, the first innermost (``wrapper_records``).
     wrappers: list[dict[str, Any]] = field(default_factory=list)
+    # A privileged critic's training observation (``ObservationGroups.to_record``); None: the
+    # critic read what the policy reads. The fields above are the policy's view.
+    observation_groups: dict[str, Any] | None = None
 
     @staticmethod
     def of(env: EnvConfig, facts: EnvFacts) -> EnvRecord:
-        """The record of a run's task: the id as the config names it (``module:Task-v0``
+        """The record of a run's task as its policy reads it (with a privileged critic, the
+        training observation besides): the id as the config names it (``module:Task-v0``
         imports the module that registers a task, so play rebuilds it in a fresh process)."""
+        policy = facts.policy_facts()
+        groups = facts.observation_groups
         return EnvRecord(
             id=env.id,
-            observation_shape=[facts.obs_dim],
+            observation_shape=[policy.obs_dim],
             action_low=facts.action_low.tolist(),
             action_high=facts.action_high.tolist(),
             max_episode_steps=env.max_episode_steps,
             kwargs=dict(env.kwargs),
-            observation_layout=layout_record(facts.observation_layout),
+            observation_layout=layout_record(policy.observation_layout),
             wrappers=wrapper_records(env.wrappers),
+            observation_groups=None if groups is None else groups.to_record(),
         )
 
+    def training_groups(self) -> ObservationGroups | None:
+        """The recorded observation groups (the record is checked on reading)."""
+        return ObservationGroups.from_record(self.observation_groups)
+
     def facts(self) -> EnvFacts:
-        """The spaces as the checkpoint records them (no environment is made)."""
+        """The spaces as the policy reads them, as the checkpoint records them (no environment
+        is made)."""
         obs_dim = self.observation_shape[0] if len(self.observation_shape) == 1 else -1
         return EnvFacts(
             self.id,
@@ -139,8 +156,11 @@ class Checkpoint:
         config: the resolved config as plain data.
         learner_states: per learner, everything resume restores (the algorithm's
             ``learner_state_keys``).
-        obs_rms_state: ``{mean, var [obs_dim] tensors, count}`` or None (no running statistics).
+        obs_rms_state: ``{mean, var [obs_dim] tensors, count}`` or None (no running statistics):
+            the statistics of what the policy reads.
         observation_clip: clip of standardised observations.
+        training_obs_rms_state: with a privileged critic, the statistics of the whole training
+            observation (``env.observation_groups``), what ``--resume`` restores; else None.
         versions: library versions that wrote it.
         inference_memory: the bytes per category the actor declared it needs to start
             inference (``inference_startup_memory_categories``).
@@ -160,10 +180,18 @@ class Checkpoint:
     versions: dict[str, str] = field(default_factory=current_versions)
     inference_memory: dict[str, int] = field(default_factory=dict)
     evaluation: dict[str, Any] | None = None
+    training_obs_rms_state: dict[str, Any] | None = None
 
     @property
     def algorithm(self) -> Algorithm:
         return get_algorithm(self.algo)
+
+    @property
+    def resumed_obs_rms_state(self) -> dict[str, Any] | None:
+        """The statistics a resumed run continues: of the training observation."""
+        if self.env.observation_groups is not None:
+            return self.training_obs_rms_state
+        return self.obs_rms_state
 
     def to_payload(self) -> dict[str, Any]:
         """The plain-data form that is saved (tensors and containers only)."""
@@ -182,6 +210,7 @@ class Checkpoint:
             "versions": self.versions,
             "inference_memory": self.inference_memory,
             "evaluation": self.evaluation,
+            "training_obs_rms_state": _to_tensors(self.training_obs_rms_state),
         }
 
     @staticmethod
@@ -221,12 +250,20 @@ class Checkpoint:
                 kwargs=dict(env["kwargs"]),
                 observation_layout=env.get("observation_layout"),  # absent before Dict tasks
                 wrappers=_wrappers(env.get("wrappers", [])),  # absent before env.wrappers
+                observation_groups=env.get("observation_groups"),  # absent before groups
             )
             layout = layout_from_record(env_record.observation_layout)
             if layout is not None and [layout[-1].stop] != env_record.observation_shape:
                 raise ValueError(
                     f"observation_layout ends at {layout[-1].stop}, the observation has "
                     f"{env_record.observation_shape}"
+                )
+            groups = env_record.training_groups()
+            if groups is not None and groups.policy_layout != layout:
+                raise ValueError(
+                    "observation_groups: the training observation does not begin with the "
+                    f"policy's ({describe_layout(groups.policy_layout)} != "
+                    f"{describe_layout(layout)})"
                 )
             counters = RunProgress(
                 **{
@@ -242,8 +279,10 @@ class Checkpoint:
         if not isinstance(env_record.id, str):
             raise CheckpointError(f"{source}: checkpoint does not name its environment (env.id)")
         obs_rms = payload["obs_rms_state"]
-        if obs_rms is not None and not isinstance(obs_rms, dict):
-            raise CheckpointError(f"{source}: checkpoint 'obs_rms_state' must be a mapping or null")
+        training_rms = payload.get("training_obs_rms_state")  # absent before groups
+        for name, state in (("obs_rms_state", obs_rms), ("training_obs_rms_state", training_rms)):
+            if state is not None and not isinstance(state, dict):
+                raise CheckpointError(f"{source}: checkpoint {name!r} must be a mapping or null")
         return Checkpoint(
             algo=algo,
             actor=_field(payload, "actor", dict, source),
@@ -257,6 +296,7 @@ class Checkpoint:
             versions=_field(payload, "versions", dict, source),
             inference_memory=_inference_memory(payload, source),
             evaluation=_evaluation(payload.get("evaluation"), source),
+            training_obs_rms_state=training_rms,
         )
 
 
@@ -657,6 +697,12 @@ def validate_learner_states(states: Any, algorithm: Algorithm, source: str = "ch
     return f"{len(states)} learner state(s) complete for resume"
 
 
+def _describe_groups(groups: ObservationGroups | None) -> str:
+    if groups is None:
+        return "none (the critic reads what the policy reads)"
+    return f"critic {', '.join(groups.critic_keys)}"
+
+
 def check_fits(
     checkpoint: Checkpoint,
     facts: EnvFacts,
@@ -677,6 +723,8 @@ def check_fits(
     """
     semantics = validate_actor_semantics(checkpoint.actor_semantics, source=source)
     problems = []
+    training = facts
+    facts = facts.policy_facts()
     if config is not None:
         if checkpoint.algo != config.algo:
             problems.append(f"algo: checkpoint {checkpoint.algo!r} != config {config.algo!r}")
@@ -704,6 +752,14 @@ def check_fits(
             f"observation: checkpoint {describe_layout(stored_layout)} != env "
             f"{describe_layout(facts.observation_layout)} (the policy's inputs would change)"
         )
+    if config is not None:
+        stored_groups = checkpoint.env.training_groups()
+        if stored_groups != training.observation_groups:
+            problems.append(
+                f"env.observation_groups: checkpoint {_describe_groups(stored_groups)} != "
+                f"config {_describe_groups(training.observation_groups)} (the critic's inputs "
+                "would change)"
+            )
     for bound in ("action_low", "action_high"):
         stored = np.asarray(getattr(checkpoint.env, bound), dtype=np.float64)
         actual = getattr(facts, bound)

@@ -39,6 +39,19 @@ class EnvWrapperConfig:
 
 
 @dataclass(frozen=True)
+class ObservationGroupsConfig:
+    """What the policy and the critic read (``env.observation_groups``): a privileged critic."""
+
+    policy: tuple[str, ...]
+    """The policy's parts, in order: a Dict observation's keys (as ``observation_keys``), or a
+    flat Box observation's slices (``'0:11'``, quoted). Everything played, evaluated and
+    exported reads these only."""
+    critic: tuple[str, ...] | None = None
+    """The critic's parts (the value network, the Q networks), training only; null: the
+    policy's. Typically the policy's and what a robot cannot measure (a target, friction)."""
+
+
+@dataclass(frozen=True)
 class EnvConfig:
     """The Gymnasium task every rollout actor steps."""
 
@@ -56,7 +69,11 @@ class EnvConfig:
     observation_keys: tuple[str, ...] | None = None
     """A Dict observation's parts the policy reads, in this order (``outer/inner`` for a
     nested one; a nested dict's name stands for all its parts, sorted); null: every part,
-    sorted. The order is recorded in checkpoints and exports."""
+    sorted. A flat Box observation's parts are slices (``'0:11'``, quoted). The order is
+    recorded in checkpoints and exports."""
+    observation_groups: ObservationGroupsConfig | None = None
+    """``{policy: [...], critic: [...]}``: the critic reads other parts than the policy (a
+    privileged critic, in training only); instead of observation_keys."""
     wrappers: tuple[EnvWrapperConfig, ...] = ()
     """Gymnasium's own wrappers around the task, the first innermost, before drl reads a Dict
     observation: names from ``gymnasium.wrappers`` only, recorded in checkpoints so play,
@@ -68,6 +85,15 @@ class EnvConfig:
     success_when: str = field(default="any_step", metadata=one_of("any_step", "final_step"))
     """An episode succeeded when the key was true at ``any_step`` of it (Meta-World's measure)
     or at its ``final_step`` (Gymnasium-Robotics' and Stable-Baselines3's)."""
+
+    def policy_view(self) -> EnvConfig:
+        """The task as the policy alone reads it: the policy group as the observation keys
+        (evaluation; play and export rebuild it from the checkpoint's record)."""
+        if self.observation_groups is None:
+            return self
+        return dataclasses.replace(
+            self, observation_keys=self.observation_groups.policy, observation_groups=None
+        )
 
 
 @dataclass(frozen=True)
@@ -335,6 +361,7 @@ def read_yaml_mapping(path: Path, what: str) -> dict[str, Any]:
 def config_from_dict(raw: dict[str, Any], default_name: str = "run") -> Config:
     """Validate a plain mapping (already parsed YAML or a checkpoint's stored config)."""
     raw = dict(raw)
+    _check_observation_parts(raw.get("env"))
     algorithm = get_algorithm(raw.get("algo", Config.algo))
     raw.setdefault("algo_params", {})
     config = _build_dataclass(
@@ -356,6 +383,43 @@ def config_from_dict(raw: dict[str, Any], default_name: str = "run") -> Config:
         )
     metrics_path = config.metrics_path or str(Path(config.output_dir) / f"metrics_{name}.csv")
     return dataclasses.replace(config, name=name, metrics_path=metrics_path)
+
+
+def _check_observation_parts(env: Any) -> None:
+    """Observation keys and groups name parts: non-empty, strings (YAML reads an unquoted slice
+    ``11:17`` as the number 677), and only one of the two settings.
+
+    Raises:
+        ConfigError: naming the setting.
+    """
+    if not isinstance(env, dict):
+        return  # the schema's own check says what is wrong
+    lists = {"env.observation_keys": env.get("observation_keys")}
+    groups = env.get("observation_groups")
+    if isinstance(groups, dict):
+        lists |= {f"env.observation_groups.{name}": value for name, value in groups.items()}
+        if env.get("observation_keys") is not None:
+            raise ConfigError(
+                "env.observation_keys: set observation_groups.policy instead (with "
+                "observation_groups, the policy's parts are its policy group)"
+            )
+        if "policy" in groups and not groups.get("policy"):
+            raise ConfigError(
+                "env.observation_groups.policy: empty; the policy must read at least one part"
+            )
+    for path, value in lists.items():
+        if not isinstance(value, list):
+            continue
+        if not value and path != "env.observation_groups.critic":
+            raise ConfigError(f"{path}: empty; name at least one part, or leave it out")
+        if not value:
+            raise ConfigError(f"{path}: empty; leave it out to give the critic the policy's parts")
+        for index, item in enumerate(value):
+            if isinstance(item, int) and not isinstance(item, bool):
+                raise ConfigError(
+                    f"{path}[{index}]: {item} is a number; quote a slice ('11:17': YAML reads "
+                    "an unquoted 11:17 as the number 677) and an index ('5')"
+                )
 
 
 def build_section(cls: type, raw: Any, path: str) -> Any:

@@ -6,6 +6,7 @@ flat ``Box`` or a ``Dict`` of ``Box`` parts (read as one flat vector, ``drlcli.o
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,20 +17,49 @@ import numpy as np
 from drlcli.config import EnvConfig
 from drlcli.env_wrappers import apply_wrappers
 from drlcli.errors import EnvironmentSpecError, TrainingError
-from drlcli.observations import ObservationLayout, flat_observation_env
+from drlcli.observations import ObservationGroups, ObservationLayout, flat_observation_env
 from drlcli.success import ANY_STEP, EpisodeSuccess
 
 
 @dataclass(frozen=True)
 class EnvFacts:
-    """What the rest of drl needs to know about an environment's spaces."""
+    """What the rest of drl needs to know about an environment's spaces.
+
+    ``obs_dim`` is the width of the vectors the environment returns. With observation groups
+    (a privileged critic) those are the training vectors: the policy reads ``policy_dim`` of
+    them and the critic ``critic_dim``; ``policy_facts()`` is the task as the policy sees it
+    (what checkpoints record and play, evaluation and export make).
+    """
 
     env_id: str
     obs_dim: int
     action_dim: int
     action_low: np.ndarray  # [action_dim] float64
     action_high: np.ndarray  # [action_dim] float64
-    observation_layout: ObservationLayout | None = None  # a Dict task's parts; None: a flat Box
+    observation_layout: ObservationLayout | None = None  # the parts named; None: a flat Box
+    observation_groups: ObservationGroups | None = None  # None: policy and critic read it all
+
+    @property
+    def policy_dim(self) -> int:
+        groups = self.observation_groups
+        return self.obs_dim if groups is None else groups.policy_dim
+
+    @property
+    def critic_dim(self) -> int:
+        groups = self.observation_groups
+        return self.obs_dim if groups is None else groups.critic_dim
+
+    def policy_facts(self) -> EnvFacts:
+        """The spaces as the policy sees them: without groups, these facts themselves."""
+        groups = self.observation_groups
+        if groups is None:
+            return self
+        return dataclasses.replace(
+            self,
+            obs_dim=groups.policy_dim,
+            observation_layout=groups.policy_layout,
+            observation_groups=None,
+        )
 
 
 def env_module(env_id: str) -> str | None:
@@ -40,16 +70,24 @@ def env_module(env_id: str) -> str | None:
 
 
 def make_task_env(env_config: EnvConfig, **overrides: Any) -> Any:
-    """The task ``env_config`` describes (its id, time limit, kwargs, wrappers and observation
-    keys), as every process of a run makes it; ``overrides`` (``render_mode``, ``width``...) win
-    over the kwargs."""
+    """The task ``env_config`` describes (its id, time limit, kwargs, wrappers, observation
+    keys or groups), as every training process of a run makes it; ``overrides``
+    (``render_mode``, ``width``...) win over the kwargs. ``env_config.policy_view()`` is the
+    task as the policy alone reads it (evaluation)."""
     return make_env(
         env_config.id,
         max_episode_steps=env_config.max_episode_steps,
         observation_keys=env_config.observation_keys,
+        observation_groups=group_keys(env_config),
         wrappers=env_config.wrappers,
         **{**env_config.kwargs, **overrides},
     )
+
+
+def group_keys(env_config: EnvConfig) -> tuple[tuple[str, ...], tuple[str, ...] | None] | None:
+    """``(policy, critic)`` of ``env.observation_groups``, None without groups."""
+    groups = env_config.observation_groups
+    return None if groups is None else (groups.policy, groups.critic)
 
 
 def make_env(
@@ -58,12 +96,14 @@ def make_env(
     max_episode_steps: int | None = None,
     render_mode: str | None = None,
     observation_keys: tuple[str, ...] | list[str] | None = None,
+    observation_groups: tuple[Sequence[str], Sequence[str] | None] | None = None,
     wrappers: Sequence[Any] = (),
     **kwargs: Any,
 ) -> Any:
     """``gymnasium.make`` with drl's error messages and space checks, inside ``wrappers``
     (``drlcli.env_wrappers``); a ``Dict`` observation is read as the flat vector of
-    ``observation_keys`` (``drlcli.observations``).
+    ``observation_keys``, or of ``observation_groups`` ``(policy, critic)`` when training with
+    a privileged critic (``drlcli.observations``).
 
     Raises:
         EnvironmentSpecError: unknown id, missing dependency, unsupported spaces, or
@@ -97,7 +137,7 @@ def make_env(
         ) from error
     try:
         env = apply_wrappers(env, wrappers)
-        env = flat_observation_env(env, observation_keys, env_id)
+        env = flat_observation_env(env, observation_keys, env_id, observation_groups)
         env_facts(env)
     except BaseException:
         env.close()
@@ -189,9 +229,12 @@ def env_facts(env: Any) -> EnvFacts:
         raise EnvironmentSpecError(f"{env_id}: action bounds must be finite with low < high")
     try:
         layout = env.get_wrapper_attr("observation_layout")
+        groups = env.get_wrapper_attr("observation_groups")
     except AttributeError:
-        layout = None
-    return EnvFacts(env_id, int(obs_space.shape[0]), int(action_space.shape[0]), low, high, layout)
+        layout = groups = None
+    return EnvFacts(
+        env_id, int(obs_space.shape[0]), int(action_space.shape[0]), low, high, layout, groups
+    )
 
 
 @dataclass
@@ -234,6 +277,7 @@ class EnvBatch:
         max_episode_steps: int | None = None,
         env_kwargs: dict[str, Any] | None = None,
         observation_keys: tuple[str, ...] | None = None,
+        observation_groups: tuple[Sequence[str], Sequence[str] | None] | None = None,
         success_key: str | None = None,
         success_when: str = ANY_STEP,
         wrappers: Sequence[Any] = (),
@@ -243,6 +287,7 @@ class EnvBatch:
                 env_id,
                 max_episode_steps=max_episode_steps,
                 observation_keys=observation_keys,
+                observation_groups=observation_groups,
                 wrappers=wrappers,
                 **(env_kwargs or {}),
             )
@@ -276,6 +321,7 @@ class EnvBatch:
             max_episode_steps=env_config.max_episode_steps,
             env_kwargs=env_config.kwargs,
             observation_keys=env_config.observation_keys,
+            observation_groups=group_keys(env_config),
             success_key=env_config.success_key,
             success_when=env_config.success_when,
             wrappers=env_config.wrappers,

@@ -89,7 +89,7 @@ class PolicyEvaluator:
         import torch
 
         torch.set_num_threads(1)  # inference on small batches: one thread, no contention
-        self.env = make_task_env(env_config)
+        self.env = make_task_env(env_config.policy_view())  # what the policy alone reads
         facts = env_facts(self.env)
         self.actor = build_policy_actor(
             actor_spec, facts.obs_dim, facts.action_dim, "cpu", facts.action_low, facts.action_high

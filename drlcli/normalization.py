@@ -39,6 +39,11 @@ class RmsState:
         var = np.asarray(data["var"], dtype=np.float64)
         return RmsState(mean=mean, var=var, count=float(data["count"]))
 
+    def first(self, width: int) -> RmsState:
+        """The moments of the first ``width`` features (the policy's part of a training
+        observation, Method.md "Observation groups")."""
+        return RmsState(self.mean[:width].copy(), self.var[:width].copy(), self.count)
+
 
 def compute_batch_moments(samples: np.ndarray) -> RmsState:
     """Moments of one batch of observations.

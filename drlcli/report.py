@@ -11,6 +11,7 @@ from rich.table import Table
 from drlcli.actors.memory import describe_memory, format_bytes
 from drlcli.algos.registry import actor_kind, get_algorithm
 from drlcli.config import Config
+from drlcli.observations import describe_layout
 
 
 def _flatten(data: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
@@ -60,6 +61,12 @@ def render_dry_run(config: Config, console: Console) -> None:
     if facts.observation_layout is not None:
         parts = [f"{f.key} [{f.start}:{f.stop}]" for f in facts.observation_layout]
         spaces.add_row("observation parts", escape(", ".join(parts)))
+    groups = facts.observation_groups
+    if groups is not None:
+        policy = describe_layout(groups.policy_layout)
+        spaces.add_row("policy reads", escape(f"{groups.policy_dim}: {policy} (exported)"))
+        critic = ", ".join(groups.critic_keys)
+        spaces.add_row("critic reads", escape(f"{groups.critic_dim}: {critic} (training only)"))
     spaces.add_row("action dim", str(facts.action_dim))
     spaces.add_row("action low", str(facts.action_low.tolist()))
     spaces.add_row("action high", str(facts.action_high.tolist()))

@@ -59,3 +59,59 @@ class DictReachEnv(gymnasium.Env):
 
 if DICT_REACH_ID not in gymnasium.registry:
     gymnasium.register(DICT_REACH_ID, entry_point=DictReachEnv)
+
+
+HIDDEN_BONUS_ID = "drltest/HiddenBonus-v0"
+BONUS_EPISODE_STEPS = 4
+
+
+class HiddenBonusEnv(gymnasium.Env):
+    """A task where a privileged critic helps: match a target with the action, reward
+    ``-(action - target)^2`` plus a per-episode ``bonus`` (uniform in ``[-bonus_scale,
+    bonus_scale]``, the same at every step) that no action changes; episodes end (terminate)
+    after ``episode_steps``. Observation ``{"target": [1], "bonus": [1], "time_left": [1]}``: a
+    policy that reads the target alone can act perfectly, but a critic that does not see the
+    bonus cannot explain it in any return, so its advantages are mostly noise."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(
+        self,
+        render_mode: str | None = None,
+        bonus_scale: float = 10.0,
+        episode_steps: int = BONUS_EPISODE_STEPS,
+    ) -> None:
+        self.bonus_scale, self.episode_steps = bonus_scale, episode_steps
+        self.observation_space = spaces.Dict(
+            {
+                "target": spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float64),
+                "bonus": spaces.Box(-bonus_scale, bonus_scale, shape=(1,), dtype=np.float64),
+                "time_left": spaces.Box(0.0, 1.0, shape=(1,), dtype=np.float64),
+            }
+        )
+        # Wide bounds: a Gaussian policy's clipped samples would otherwise move its best mean
+        # past the target.
+        self.action_space = spaces.Box(-3.0, 3.0, shape=(1,), dtype=np.float32)
+        self.target, self.bonus, self.steps = np.zeros(1), np.zeros(1), 0
+
+    def _observation(self) -> dict:
+        time_left = np.array([1.0 - self.steps / self.episode_steps])
+        return {"target": self.target.copy(), "bonus": self.bonus.copy(), "time_left": time_left}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.bonus = self.np_random.uniform(-self.bonus_scale, self.bonus_scale, size=1)
+        self.target = self.np_random.uniform(-1.0, 1.0, size=1)
+        self.steps = 0
+        return self._observation(), {}
+
+    def step(self, action):
+        self.steps += 1
+        error = float(np.clip(np.asarray(action, np.float64), -3, 3)[0] - self.target[0])
+        reward = -(error**2) + float(self.bonus[0])
+        self.target = self.np_random.uniform(-1.0, 1.0, size=1)
+        return self._observation(), reward, self.steps >= self.episode_steps, False, {}
+
+
+if HIDDEN_BONUS_ID not in gymnasium.registry:
+    gymnasium.register(HIDDEN_BONUS_ID, entry_point=HiddenBonusEnv)

@@ -106,7 +106,11 @@ def test_make_env_reads_a_dict_task_as_its_flat_vector():
     assert env.observation_space.contains(flat)
     env.close()
     assert env_facts(make_env("InvertedPendulum-v5")).observation_layout is None
-    with pytest.raises(EnvironmentSpecError, match="not a Dict; remove observation_keys"):
+    with pytest.raises(
+        EnvironmentSpecError,
+        match=r"env.observation_keys: 'qpos' is not a part of the observation of "
+        r"InvertedPendulum-v5, a Box of 4 entries; name its parts as slices 'start:stop'",
+    ):
         make_env("InvertedPendulum-v5", observation_keys=["qpos"])
 
 
@@ -159,8 +163,8 @@ def test_a_dict_task_trains_verifies_plays_and_exports(tmp_path, algo):
     assert not report.failed, report.checks
     check = next(c for c in report.checks if c.name == "observation layout")
     assert check.detail == (
-        "4 parts of a Dict observation: agent/position[2], agent/velocity[2], target[2], "
-        "time_left[1]"
+        "the policy (and its export) reads 4 parts: agent/position[2], agent/velocity[2], "
+        "target[2], time_left[1]"
     )
 
     policy = load_play_actor(config.checkpoint_path, allow_env_modules=["tests.dict_envs"])

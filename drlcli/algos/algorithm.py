@@ -199,8 +199,9 @@ class Algorithm:
             ``(params, spec, device, learners)``, run before any worker starts (ConfigError).
         check_learner_state: extra checks of one stored learner state; returns a problem or
             None (``drl verify`` and ``--resume``).
-        check_resume: ``(params, state, obs_dim, action_dim) -> problem or None``: what of one
-            stored learner state the config's params cannot take (layer widths), before
+        check_resume: ``(params, state, critic_dim, action_dim) -> problem or None``: what of
+            one stored learner state the config's params cannot take (layer widths; the
+            networks beyond the policy actor read ``critic_dim`` observations), before
             anything starts.
         resume_fixed_params: the params (attributes of ``params_type``, properties included)
             whose value a resumed run must keep: what ``check_resume`` compares (the networks

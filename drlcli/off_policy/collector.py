@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from drlcli.normalization import RewardScaler
+from drlcli.observations import GroupReader, ObservationGroups
 from drlcli.off_policy.replay import TransitionReplay
 
 if TYPE_CHECKING:
@@ -143,9 +144,11 @@ class OffPolicyCollector:
         steppers: this learner's env steppers.
         params: the algorithm's params (``OffPolicyParams``).
         action_low, action_high: the env's bounds, ``[action_dim]`` (the warm-up's actions).
-        obs_dim: observation size.
+        obs_dim: observation size (of the training observation the replay stores).
         gamma: discount (the reward scaler's returns).
         seed: of the warm-up's actions and the replay's sampling.
+        groups: a privileged critic's observation groups: the actor explores with the policy
+            group of each observation; None: with all of it.
     """
 
     def __init__(
@@ -158,10 +161,12 @@ class OffPolicyCollector:
         obs_dim: int,
         gamma: float,
         seed: int = 0,
+        groups: ObservationGroups | None = None,
     ) -> None:
         self.params = params
         self.steppers = steppers
         self.learner = learner
+        self.groups = GroupReader(groups)
         self.replay = TransitionReplay(params.buffer_size, obs_dim, len(action_low), seed)
         self.obs = steppers.observations()
         self.reward_scaler = RewardScaler(len(self.obs), gamma, params.normalized_return_max)
@@ -180,7 +185,7 @@ class OffPolicyCollector:
     def _actions(self) -> np.ndarray:
         if self.transitions < self.params.warmup_steps:
             return self.rng.uniform(self.low, self.high, size=(len(self.obs), len(self.low)))
-        obs = torch.as_tensor(self.obs, device=self.learner.device)
+        obs = torch.as_tensor(self.groups.policy(self.obs), device=self.learner.device)
         dones = torch.as_tensor(self.dones, device=self.learner.device)
         return self.learner.actor.explore(obs, dones=dones).cpu().numpy()
 

@@ -28,7 +28,7 @@ from drlcli.checkpoint import (
 from drlcli.config import Config
 from drlcli.envs import EnvFacts
 from drlcli.evaluation import EvaluationResult
-from drlcli.normalization import DEFAULT_OBSERVATION_CLIP
+from drlcli.normalization import DEFAULT_OBSERVATION_CLIP, RmsState
 from drlcli.runtime.probe import ProbedActor
 
 
@@ -46,8 +46,14 @@ def build_checkpoint(
     obs_rms_state: dict[str, Any] | None,
     learner_states: list[dict[str, Any]],
 ) -> Checkpoint:
-    """The checkpoint of a run as it stands: the round loop's parts and the driver's counters."""
+    """The checkpoint of a run as it stands: the round loop's parts and the driver's counters.
+    ``obs_rms_state``: the statistics of the training observation; the checkpoint's own are of
+    the policy's part of it (the first ``policy_dim`` features)."""
     clip = algorithm.observation_clip(config.algo_params)
+    training_rms = obs_rms_state if clip is not None else None
+    policy_rms = training_rms
+    if training_rms is not None and facts.observation_groups is not None:
+        policy_rms = RmsState.from_dict(training_rms).first(facts.policy_dim).to_dict()
     return Checkpoint(
         algo=algorithm.name,
         actor=learner_states[0]["actor"],
@@ -56,9 +62,10 @@ def build_checkpoint(
         progress=dataclasses.replace(progress),
         config=config.to_dict(),
         learner_states=learner_states,
-        obs_rms_state=obs_rms_state if clip is not None else None,
+        obs_rms_state=policy_rms,
         observation_clip=clip if clip is not None else DEFAULT_OBSERVATION_CLIP,
         inference_memory=actor.inference_memory,
+        training_obs_rms_state=training_rms if facts.observation_groups is not None else None,
     )
 
 

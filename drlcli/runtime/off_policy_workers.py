@@ -206,6 +206,7 @@ class OffPolicyLearnerWorker(DataParallelMember, EvaluationHost):
             facts.obs_dim,
             context.gamma,
             context.seed,
+            facts.observation_groups,
         )
 
     def run(self, steps: int) -> tuple[dict[str, Any], dict[str, float]]:

@@ -47,7 +47,7 @@ class PPORoundLoop:
         self.config, self.topology = config, topology
         params = config.algo_params
         resources = process_resources(topology, evaluator_has_own_process(config, type(self)))
-        stored_rms = None if stored is None else stored.obs_rms_state
+        stored_rms = None if stored is None else stored.resumed_obs_rms_state
         started = self.processes.started
         self.parameter_server = started(
             ray.remote(ParameterServer).options(num_cpus=0).remote(stored_rms)
@@ -64,6 +64,7 @@ class PPORoundLoop:
                     topology.learner_device,
                     config.env.seed,
                     run.plan,
+                    facts.observation_groups,
                 )
             )
             for _ in range(topology.num_learners)

@@ -17,6 +17,7 @@ from drlcli.actors.spec import ActorSpec
 from drlcli.algos.algorithm import RoundPlan
 from drlcli.algos.ppo.learner import Learner
 from drlcli.algos.ppo.params import PPOParams
+from drlcli.observations import ObservationGroups
 
 
 class PPOLearnerWorker:
@@ -31,9 +32,12 @@ class PPOLearnerWorker:
         device: str,
         seed: int,
         plan: RoundPlan,
+        groups: ObservationGroups | None = None,
     ) -> None:
         torch.set_num_threads(1)  # 64x64 networks: more threads only add overhead
-        self.learner = Learner(actor_spec, obs_dim, action_dim, params, device, seed, plan=plan)
+        self.learner = Learner(
+            actor_spec, obs_dim, action_dim, params, device, seed, plan=plan, groups=groups
+        )
 
     def train_round(
         self, *trajectories: dict[str, np.ndarray]

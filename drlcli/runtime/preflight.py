@@ -169,7 +169,7 @@ def load_for_resume(
             if actor_problem is not None:
                 problem = f"its policy actor {actor_problem}; the file is damaged"
         problem = problem or checkpoint.algorithm.check_resume(
-            config.algo_params, state, facts.obs_dim, facts.action_dim
+            config.algo_params, state, facts.critic_dim, facts.action_dim
         )
         if problem is not None:
             raise ConfigError(f"{path}: cannot resume: learner_states[{index}]: {problem}")

@@ -34,7 +34,9 @@ class ProbedActor:
 
 def probe_actor(algorithm: Algorithm, config: Config, facts: EnvFacts) -> ProbedActor:
     """Build and check the run's policy actor (the contract with the env's bounds, and the
-    algorithm's own requirements), then describe it."""
+    algorithm's own requirements), then describe it. It reads the policy's observation (with a
+    privileged critic, the policy group)."""
+    facts = facts.policy_facts()
     spec = algorithm.actor_spec(config.algo_params, facts.action_low, facts.action_high)
     probe = build_policy_actor(
         spec,

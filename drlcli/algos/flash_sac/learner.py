@@ -31,6 +31,7 @@ from drlcli.algos.flash_sac.cuda_graph import resolve_cuda_graph
 from drlcli.algos.flash_sac.layers import share_batch_statistics
 from drlcli.algos.flash_sac.params import FlashSACParams
 from drlcli.errors import TrainingError
+from drlcli.observations import GroupReader, ObservationGroups
 from drlcli.off_policy.data_parallel import DataParallelGroup
 from drlcli.off_policy.soft_actor_critic import SoftActorCriticState
 
@@ -103,6 +104,9 @@ class FlashSACLearner(SoftActorCriticState):
         device, seed: torch device; seed of initialisation and sampling.
         learners: the data-parallel learners this one will make its updates with
             (``use_data_parallel``); decides the automatic CUDA-graph choice.
+        groups: a privileged critic's observation groups: the actor reads the policy group,
+            the critics the critic group; None: both read the whole observation (of
+            ``obs_dim``, the training observation replayed).
     """
 
     def __init__(
@@ -118,15 +122,19 @@ class FlashSACLearner(SoftActorCriticState):
         device: str = "cpu",
         seed: int = 0,
         learners: int = 1,
+        groups: ObservationGroups | None = None,
     ) -> None:
         torch.manual_seed(seed)
         self.params, self.gamma = params, gamma
         self.device = torch.device(device)
         self.uses_cuda_graph = resolve_cuda_graph(params, actor_spec, self.device, learners)
+        self.groups = GroupReader(groups, self.device)
+        policy_dim = obs_dim if groups is None else groups.policy_dim
+        critic_dim = obs_dim if groups is None else groups.critic_dim
         self.actor = build_policy_actor(
-            actor_spec, obs_dim, action_dim, self.device, action_low, action_high
+            actor_spec, policy_dim, action_dim, self.device, action_low, action_high
         )
-        self.critic = DoubleCategoricalCritic.from_params(obs_dim, action_dim, params).to(
+        self.critic = DoubleCategoricalCritic.from_params(critic_dim, action_dim, params).to(
             self.device
         )
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
@@ -205,15 +213,22 @@ class FlashSACLearner(SoftActorCriticState):
     def _update_step(self, batch: dict[str, torch.Tensor], with_actor: bool) -> dict:
         """The update itself, free of host synchronisation so a CUDA graph can capture it.
         Returns 0-dim tensors."""
-        p = self.params
-        obs, act, next_obs = batch["obs"], batch["act"], batch["next_obs"]
-        rewards, terminated = batch["rew"], batch["terminated"]
+        p, groups = self.params, self.groups
+        act, rewards, terminated = batch["act"], batch["rew"], batch["terminated"]
+        # The actor reads the policy group; the critics, the critic group (the same tensors
+        # without observation groups).
+        obs, next_obs = groups.critic(batch["obs"]), groups.critic(batch["next_obs"])
+        policy_next_obs = groups.policy(batch["next_obs"])
         metrics: dict[str, torch.Tensor] = {}
         if with_actor:
-            metrics.update(self._update_actor_and_temperature(obs, next_obs))
+            metrics.update(
+                self._update_actor_and_temperature(
+                    groups.policy(batch["obs"]), policy_next_obs, obs
+                )
+            )
 
         with torch.no_grad():
-            next_actions, info = self.actor(next_obs, training=False)
+            next_actions, info = self.actor(policy_next_obs, training=False)
             entropy_term = self.temperature * info["log_prob"]
             self.target_critic.train()  # batch statistics, as the online critic sees them
             target_q, target_log_probs = self.target_critic(
@@ -250,8 +265,10 @@ class FlashSACLearner(SoftActorCriticState):
         return metrics
 
     def _update_actor_and_temperature(
-        self, obs: torch.Tensor, next_obs: torch.Tensor
+        self, obs: torch.Tensor, next_obs: torch.Tensor, critic_obs: torch.Tensor
     ) -> dict[str, torch.Tensor]:
+        """The actor's step on ``obs`` and ``next_obs`` (the policy's observations; the
+        critic judges the actions of ``obs`` on ``critic_obs``, its own of the same states)."""
         both = torch.cat([obs, next_obs])
         actions, info = self.actor(both, training=True)
         log_prob = info["log_prob"][: len(obs)]
@@ -259,7 +276,7 @@ class FlashSACLearner(SoftActorCriticState):
         self.keep_aux_names(aux_losses)
         self.critic.eval()
         self.critic.requires_grad_(False)  # gradients reach the actor only
-        q, _ = self.critic(obs, actions[: len(obs)])
+        q, _ = self.critic(critic_obs, actions[: len(obs)])
         self.critic.requires_grad_(True)
         alpha = self.temperature.detach()
         actor_loss = (alpha * log_prob - torch.minimum(q[0], q[1])).mean()
@@ -309,6 +326,7 @@ def build_flash_sac_learner(context: LearnerContext) -> FlashSACLearner:
         context.device,
         context.seed,
         context.learners,
+        facts.observation_groups,
     )
 
 

@@ -253,11 +253,13 @@ class ClosedFormGradients:
         advantages: np.ndarray,
         returns: np.ndarray,
         params: PPOParams,
+        value_obs: np.ndarray | None = None,
     ) -> dict[str, float | np.ndarray]:
         """Overwrite every parameter's gradient with the minibatch's PPO-loss gradient (float32
-        arrays, shapes as ``ppo_output_gradients``); returns its stats."""
+        arrays, shapes as ``ppo_output_gradients``); returns its stats. ``obs``: the policy's
+        observations; ``value_obs``: the value network's (a privileged critic's), None: ``obs``."""
         policy_outputs = self.policy_mean.forward(obs)
-        value_outputs = self.value.forward(obs)
+        value_outputs = self.value.forward(obs if value_obs is None else value_obs)
         stats, grad_mean, grad_log_std, grad_value = ppo_output_gradients(
             mean=policy_outputs[-1],
             log_std=self.log_std,

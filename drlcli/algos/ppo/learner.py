@@ -24,6 +24,7 @@ from drlcli.algos.ppo.networks import ValueNetwork
 from drlcli.algos.ppo.params import PPOParams
 from drlcli.errors import CheckpointError, PolicyActorContractError, TrainingError
 from drlcli.flat_parameters import FlatParameters, check_flat_optimizer_state
+from drlcli.observations import GroupReader, ObservationGroups
 
 if TYPE_CHECKING:
     from drlcli.algos.algorithm import RoundPlan
@@ -116,7 +117,8 @@ class Learner:
 
     Args:
         actor_spec: builds the policy actor (validated against the contract).
-        obs_dim, action_dim: observation and action sizes.
+        obs_dim, action_dim: observation and action sizes (``obs_dim``: of the training
+            observation the trajectories hold).
         params: PPO hyper-parameters.
         device: torch device of the networks.
         seed: seeds the network initialisation and the minibatch shuffling.
@@ -125,6 +127,8 @@ class Learner:
             False, or a custom policy actor, uses autograd.
         plan: the run's rounds: the learner keeps its learning-rate schedule's position by
             them (``clock``); None: every ``train_step`` is given its position.
+        groups: a privileged critic's observation groups: the policy actor reads the policy
+            group, the value network the critic group; None: both read the whole observation.
     """
 
     def __init__(
@@ -137,15 +141,19 @@ class Learner:
         seed: int = 0,
         closed_form: bool = True,
         plan: RoundPlan | None = None,
+        groups: ObservationGroups | None = None,
     ) -> None:
         torch.manual_seed(seed)
         self.params = params
         self.clock = RoundClock.of(plan) if plan is not None else None
         self.device = torch.device(device)
-        self.actor = build_policy_actor(actor_spec, obs_dim, action_dim, self.device)
-        validate_on_policy_actor(self.actor, obs_dim)
+        self.groups = GroupReader(groups, self.device)
+        policy_dim = obs_dim if groups is None else groups.policy_dim
+        critic_dim = obs_dim if groups is None else groups.critic_dim
+        self.actor = build_policy_actor(actor_spec, policy_dim, action_dim, self.device)
+        validate_on_policy_actor(self.actor, policy_dim)
         self.value_network = ValueNetwork(
-            obs_dim, params.value_network_hidden_sizes, params.activation
+            critic_dim, params.value_network_hidden_sizes, params.activation
         ).to(self.device)
         # Small networks make each minibatch step overhead-bound: with all parameters in one
         # flat tensor, zeroing, global gradient clipping and the (fused) Adam step are one
@@ -227,8 +235,9 @@ class Learner:
         for the built-in networks (numpy arrays in), by autograd otherwise (tensors in).
 
         Args:
-            minibatch: ``obs, actions, old_logprob, old_value, advantages, returns`` (``ppo_loss``'s
-                shapes).
+            minibatch: ``obs`` (the policy's), ``value_obs`` (the value network's, where a
+                privileged critic reads other observations; else ``obs``), ``actions,
+                old_logprob, old_value, advantages, returns`` (``ppo_loss``'s shapes).
 
         Returns:
             ``ppo_loss``'s stats.
@@ -241,7 +250,7 @@ class Learner:
         loss, stats = ppo_loss(
             new_logprob=new_logprob,
             entropy=entropy,
-            new_value=self.value_network(minibatch["obs"]),
+            new_value=self.value_network(minibatch.get("value_obs", minibatch["obs"])),
             old_logprob=minibatch["old_logprob"],
             old_value=minibatch["old_value"],
             advantages=minibatch["advantages"],
@@ -270,7 +279,8 @@ class Learner:
         data = {k: torch.as_tensor(v, device=self.device) for k, v in self.buffer.data().items()}
         buffer_size = len(data["obs"])
         self.buffer.clear()
-        obs, actions, logp_old = data["obs"], data["act"], data["logp"]
+        obs, value_obs = self.groups.policy(data["obs"]), self.groups.critic(data["obs"])
+        actions, logp_old = data["act"], data["logp"]
         values_old, returns = data["value"], data["ret"]
         advantages = data["adv"]
         if p.normalize_advantages and buffer_size > 1:
@@ -289,24 +299,28 @@ class Learner:
         epochs_done = 0
         stop = False
         num_minibatches = buffer_size // minibatch_size  # a remainder is left out
-        columns = (obs, actions, logp_old, values_old, returns, advantages)
+        columns = {
+            "obs": obs,
+            "actions": actions,
+            "old_logprob": logp_old,
+            "old_value": values_old,
+            "advantages": advantages,
+            "returns": returns,
+        }
+        if value_obs is not obs:  # a privileged critic: its own observations
+            columns["value_obs"] = value_obs
         for _epoch in range(p.num_epochs):
             order = torch.randperm(buffer_size, generator=self.shuffle_generator).to(self.device)
-            shuffled = [column[order] for column in columns]  # one gather per column and epoch
+            # One gather per column and epoch; closed form reads numpy views of them.
+            shuffled = {name: column[order] for name, column in columns.items()}
             if self.closed_form is not None:
-                shuffled = [column.numpy() for column in shuffled]  # views, no copies
+                shuffled = {name: column.numpy() for name, column in shuffled.items()}
             for start in range(0, num_minibatches * minibatch_size, minibatch_size):
-                mb_obs, mb_actions, mb_logp_old, mb_values_old, mb_returns, mb_adv = (
-                    column[start : start + minibatch_size] for column in shuffled
-                )
-                stats = self.minibatch_gradients(
-                    obs=mb_obs,
-                    actions=mb_actions,
-                    old_logprob=mb_logp_old,
-                    old_value=mb_values_old,
-                    advantages=mb_adv,
-                    returns=mb_returns,
-                )
+                minibatch = {
+                    name: column[start : start + minibatch_size]
+                    for name, column in shuffled.items()
+                }
+                stats = self.minibatch_gradients(**minibatch)
                 grad_norm = self.flat.clip_grad_norm(p.max_grad_norm)
                 self.flat.adam_step(self.optimizer)
                 self.actor.normalize_parameters()
@@ -343,7 +357,7 @@ class Learner:
             logratio = new_logprob - logp_old
             kl = approx_kl(logratio)
             clip_fraction = ((logratio.exp() - 1).abs() > p.clip_coef).float().mean().item()
-            predicted = self.value_network(obs)
+            predicted = self.value_network(value_obs)
             residual_var = torch.var(returns - predicted)
             returns_var = torch.var(returns)
             explained = (1 - residual_var / returns_var).item() if returns_var > 0 else float("nan")

@@ -26,6 +26,7 @@ from drlcli.normalization import (
     compute_batch_moments,
     normalize_observation,
 )
+from drlcli.observations import GroupReader
 from drlcli.rollout import compute_gae, prepare_action
 
 
@@ -76,11 +77,19 @@ class MuJoCoActor(EvaluationHost):
         facts = self.envs.facts
         self.action_low, self.action_high = facts.action_low, facts.action_high
         self.actor = build_policy_actor(
-            actor_spec, facts.obs_dim, facts.action_dim, "cpu", facts.action_low, facts.action_high
+            actor_spec,
+            facts.policy_dim,
+            facts.action_dim,
+            "cpu",
+            facts.action_low,
+            facts.action_high,
         )
-        validate_on_policy_actor(self.actor, facts.obs_dim)
+        validate_on_policy_actor(self.actor, facts.policy_dim)
+        # A privileged critic: the policy reads its group of each observation, the value
+        # network the critic's (Method.md, "Observation groups").
+        self.groups = GroupReader(facts.observation_groups)
         self.value_network = ValueNetwork(
-            facts.obs_dim, params.value_network_hidden_sizes, params.activation
+            facts.critic_dim, params.value_network_hidden_sizes, params.activation
         )
         # The built-in networks run in numpy on their parameters' memory, as the learner's
         # closed-form update does (closed_form.py): a torch call per layer costs more than the
@@ -150,8 +159,8 @@ class MuJoCoActor(EvaluationHost):
             for t in range(steps):
                 raw_obs[t] = self.envs.obs
                 obs[t] = normalize_observation(self.envs.obs, rms, clip)
-                sampled, logps[t] = self._sample_actions(obs[t])
-                values[t] = self._values(obs[t])
+                sampled, logps[t] = self._sample_actions(self.groups.policy(obs[t]))
+                values[t] = self._values(self.groups.critic(obs[t]))
                 policy_action, env_action = prepare_action(
                     sampled, self.action_low, self.action_high
                 )
@@ -172,12 +181,12 @@ class MuJoCoActor(EvaluationHost):
                 if step.truncated.any():
                     # V(final pre-reset observation): the truncation bootstrap of compute_gae.
                     final = normalize_observation(step.final_obs[step.truncated], rms, clip)
-                    next_values[t, step.truncated] = self._values(final)
+                    next_values[t, step.truncated] = self._values(self.groups.critic(final))
                 episode_returns += step.finished_returns
                 episode_lengths += step.finished_lengths
                 episode_successes += step.finished_successes
             last_obs = normalize_observation(self.envs.obs, rms, clip)
-            last_values = self._values(last_obs)
+            last_values = self._values(self.groups.critic(last_obs))
 
         # Where the episode went on, V(s_{t+1}) is the next step's value estimate.
         following = np.concatenate([values[1:], last_values[None]], axis=0)

@@ -31,6 +31,7 @@ from drlcli.actors.spec import ActorSpec, build_policy_actor
 from drlcli.algos.sac.critic import TwinQ
 from drlcli.algos.sac.params import SACParams
 from drlcli.errors import TrainingError
+from drlcli.observations import GroupReader, ObservationGroups
 from drlcli.off_policy.soft_actor_critic import SoftActorCriticState
 
 if TYPE_CHECKING:
@@ -70,11 +71,13 @@ class SACLearner(SoftActorCriticState):
 
     Args:
         actor_spec: built-in or custom (``actor_config``) actor.
-        obs_dim, action_dim: sizes.
+        obs_dim, action_dim: sizes (``obs_dim``: of the training observation replayed).
         action_low, action_high: env bounds ``[A]`` (the entropy target).
         params: SAC hyper-parameters.
         gamma: discount.
         device, seed: torch device; seed of initialisation and sampling.
+        groups: a privileged critic's observation groups: the actor reads the policy group,
+            the Q networks the critic group; None: both read the whole observation.
     """
 
     def __init__(
@@ -88,14 +91,18 @@ class SACLearner(SoftActorCriticState):
         gamma: float,
         device: str = "cpu",
         seed: int = 0,
+        groups: ObservationGroups | None = None,
     ) -> None:
         torch.manual_seed(seed)
         self.params, self.gamma = params, gamma
         self.device = torch.device(device)
+        self.groups = GroupReader(groups, self.device)
+        policy_dim = obs_dim if groups is None else groups.policy_dim
+        critic_dim = obs_dim if groups is None else groups.critic_dim
         self.actor = build_policy_actor(
-            actor_spec, obs_dim, action_dim, self.device, action_low, action_high
+            actor_spec, policy_dim, action_dim, self.device, action_low, action_high
         )
-        self.critic = TwinQ(obs_dim, action_dim, params.hidden_sizes).to(self.device)
+        self.critic = TwinQ(critic_dim, action_dim, params.hidden_sizes).to(self.device)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_temperature = nn.Parameter(
             torch.tensor(math.log(params.initial_temperature), device=self.device)
@@ -130,19 +137,19 @@ class SACLearner(SoftActorCriticState):
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         """One SAC update on a sampled batch ``{obs, act, rew, next_obs, terminated}`` (rewards
         already scaled). Returns the scalar diagnostics of this update."""
-        p = self.params
-        obs, act = batch["obs"], batch["act"]
+        p, groups = self.params, self.groups
+        obs, act, next_obs = batch["obs"], batch["act"], batch["next_obs"]
         with torch.no_grad():
-            next_actions, info = self.actor(batch["next_obs"], training=False)
+            next_actions, info = self.actor(groups.policy(next_obs), training=False)
             target = soft_q_target(
-                self.target_critic(batch["next_obs"], next_actions),
+                self.target_critic(groups.critic(next_obs), next_actions),
                 info["log_prob"],
                 batch["rew"],
                 batch["terminated"],
                 self.gamma,
                 self.temperature,
             )
-        q = self.critic(obs, act)
+        q = self.critic(groups.critic(obs), act)
         critic_loss = (q - target).square().mean(dim=1).sum()
         self._step(self.critic_optimizer, critic_loss)
         metrics = {"Loss/critic": critic_loss.detach(), "q_mean": q.detach().mean()}
@@ -165,12 +172,12 @@ class SACLearner(SoftActorCriticState):
         return values
 
     def _update_actor_and_temperature(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
-        actions, info = self.actor(obs, training=True)
+        actions, info = self.actor(self.groups.policy(obs), training=True)
         log_prob = info["log_prob"]
         aux_losses: dict[str, torch.Tensor] = info.get("aux_losses") or {}
         self.keep_aux_names(aux_losses)
         self.critic.requires_grad_(False)  # gradients reach the actor only
-        q = self.critic(obs, actions).min(dim=0).values
+        q = self.critic(self.groups.critic(obs), actions).min(dim=0).values
         self.critic.requires_grad_(True)
         alpha = self.temperature.detach()
         actor_loss = (alpha * log_prob - q).mean()
@@ -204,4 +211,5 @@ def build_sac_learner(context: LearnerContext) -> SACLearner:
         context.gamma,
         context.device,
         context.seed,
+        facts.observation_groups,
     )
