@@ -6,6 +6,7 @@ makes faster."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 
 import numpy as np
@@ -231,6 +232,15 @@ def test_a_privileged_critic_trains_and_everything_after_training_reads_the_poli
         training_mean = checkpoint.training_obs_rms_state["mean"]
         assert training_mean.shape == (7,)
         torch.testing.assert_close(training_mean[:4], checkpoint.obs_rms_state["mean"])
+        # Statistics whose policy part is not the checkpoint's own: verify fails the file.
+        moved = training_mean.clone()
+        moved[0] += 1.0
+        damaged = tmp_path / "damaged.pt"
+        training = {**checkpoint.training_obs_rms_state, "mean": moved}
+        write_checkpoint(damaged, dataclasses.replace(checkpoint, training_obs_rms_state=training))
+        (check,) = [c for c in audit_checkpoint(damaged).checks if "statistics" in c.name]
+        assert check.status == "FAIL"
+        assert check.detail == "obs_rms_state.mean is not the policy's part of the training one"
     else:
         assert checkpoint.obs_rms_state is None and checkpoint.training_obs_rms_state is None
 
@@ -327,31 +337,6 @@ def read_checkpoint_count(payload_bytes: bytes) -> float:
 
     payload = torch.load(io.BytesIO(payload_bytes), weights_only=False)
     return float(payload["training_obs_rms_state"]["count"])
-
-
-@pytest.mark.usefixtures("ray_cluster")
-def test_verify_fails_a_checkpoint_whose_policy_statistics_are_not_the_training_ones(tmp_path):
-    from drlcli.runtime.training import train
-    from drlcli.topology import AvailableDevices
-
-    config = load_config(group_config(tmp_path, "ppo", PRIVILEGED))
-    train(config, quiet=True, devices=AvailableDevices(cuda_devices=0, mps=False))
-    checkpoint = read_checkpoint(config.checkpoint_path)
-    mean = checkpoint.training_obs_rms_state["mean"].clone()
-    mean[0] += 1.0
-    damaged = tmp_path / "damaged.pt"
-    write_checkpoint(
-        damaged,
-        checkpoint.__class__(
-            **{
-                **checkpoint.__dict__,
-                "training_obs_rms_state": {**checkpoint.training_obs_rms_state, "mean": mean},
-            }
-        ),
-    )
-    check = next(c for c in audit_checkpoint(damaged).checks if c.name == "observation statistics")
-    assert check.status == "FAIL"
-    assert check.detail == "obs_rms_state.mean is not the policy's part of the training one"
 
 
 def test_a_group_key_the_task_lacks_is_one_line_before_anything_starts(tmp_path):
