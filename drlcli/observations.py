@@ -15,6 +15,7 @@ parts, the policy's first (``ObservationGroups``); ``GroupReader`` gives each ne
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -115,6 +116,7 @@ def layout_of(
     return tuple(fields)
 
 
+@functools.lru_cache(maxsize=1024)  # read for every part of every step of a Box task's env
 def box_slice(key: str, size: int) -> slice | None:
     """The entries of a flat Box of ``size`` a slice key names (``"0:11"``, ``"11:"``, ``"5"``),
     None when ``key`` is not a slice or leaves the Box or names nothing."""
@@ -336,6 +338,7 @@ class GroupReader:
     def __init__(self, groups: ObservationGroups | None, device: Any = None) -> None:
         self.policy_stop: int | None = None
         self.critic_selection: Any = None
+        self.groups = groups
         if groups is None:
             return
         self.policy_stop = groups.policy_dim
@@ -349,6 +352,13 @@ class GroupReader:
             self.critic_selection = torch.as_tensor(positions, device=device)
         else:
             self.critic_selection = positions
+
+    def widths(self, obs_dim: int) -> tuple[int, int]:
+        """``(policy_dim, critic_dim)`` of training observations of ``obs_dim`` entries: what
+        the policy actor and the critic networks are built to read."""
+        if self.groups is None:
+            return obs_dim, obs_dim
+        return self.groups.policy_dim, self.groups.critic_dim
 
     def policy(self, observations: Any) -> Any:
         """The policy group ``[..., policy_dim]``."""

@@ -148,8 +148,7 @@ class Learner:
         self.clock = RoundClock.of(plan) if plan is not None else None
         self.device = torch.device(device)
         self.groups = GroupReader(groups, self.device)
-        policy_dim = obs_dim if groups is None else groups.policy_dim
-        critic_dim = obs_dim if groups is None else groups.critic_dim
+        policy_dim, critic_dim = self.groups.widths(obs_dim)
         self.actor = build_policy_actor(actor_spec, policy_dim, action_dim, self.device)
         validate_on_policy_actor(self.actor, policy_dim)
         self.value_network = ValueNetwork(

@@ -97,8 +97,7 @@ class SACLearner(SoftActorCriticState):
         self.params, self.gamma = params, gamma
         self.device = torch.device(device)
         self.groups = GroupReader(groups, self.device)
-        policy_dim = obs_dim if groups is None else groups.policy_dim
-        critic_dim = obs_dim if groups is None else groups.critic_dim
+        policy_dim, critic_dim = self.groups.widths(obs_dim)
         self.actor = build_policy_actor(
             actor_spec, policy_dim, action_dim, self.device, action_low, action_high
         )
