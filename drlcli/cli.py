@@ -99,6 +99,10 @@ EXAMPLES: dict[str, list[tuple[str, str]]] = {
         ("drl tune hopper_ppo space.yaml --resume", "continue an interrupted search"),
         ("drl tune my.yaml space.yaml --trials 40 --address HOST:6379", "over a cluster"),
     ],
+    "compare": [
+        ("drl compare output/", "every seed group under output/ (names ending _seed<N>)"),
+        ("drl compare runs/a runs/b --plot ab.png --json ab.json", "two configs' seeds"),
+    ],
     "dashboard": [
         ("drl dashboard", "every run under output/, at http://127.0.0.1:6007/"),
         ("drl dashboard runs/ other/ --port 8080", ""),
@@ -519,6 +523,51 @@ def verify(
             render_audit(report, stdout)
         if report.failed:
             raise typer.Exit(1)
+
+    _run(body)
+
+
+@app.command(epilog=_examples("compare"))
+def compare(
+    paths: Annotated[
+        list[Path],
+        typer.Argument(
+            metavar="RUN_OR_FOLDER",
+            help="Runs (a metrics CSV or checkpoint) or folders of runs; seeds of one config "
+            "form a group, the first group is the reference.",
+        ),
+    ],
+    plot: Annotated[
+        Path,
+        typer.Option("--plot", help="PNG of the groups' evaluation curves with their bands."),
+    ] = Path("compare.png"),
+    json_path: Annotated[
+        Path | None,
+        typer.Option("--json", metavar="PATH", help="Write the figures as JSON too ('-': stdout)."),
+    ] = None,
+) -> None:
+    """Compare groups of seeds: each group's final deterministic evaluation as median, IQM and
+    95% stratified-bootstrap intervals (Agarwal et al. 2021), the probability that a group
+    improves on the first, and a PNG of the evaluation curves with their interval bands."""
+
+    def body() -> None:
+        from drlcli.compare import (
+            compare_groups,
+            find_seed_runs,
+            group_seed_runs,
+            write_curves_png,
+            write_json,
+        )
+        from drlcli.report import render_comparison
+
+        groups = group_seed_runs(find_seed_runs(paths))
+        reports = compare_groups(groups)
+        console = stderr if json_path is not None and str(json_path) == "-" else stdout
+        render_comparison(reports, console)
+        write_curves_png(groups, plot)
+        console.print(escape(f"curves: {plot}"), highlight=False, soft_wrap=True)
+        if json_path is not None:
+            write_json(reports, json_path)
 
     _run(body)
 

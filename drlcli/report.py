@@ -231,30 +231,49 @@ def render_search_plan(plan: Any, folder: Any, console: Console) -> None:
 
 
 def render_search_summary(summary: Any, console: Console) -> None:
-    """The re-trained candidates, the winner and what the search wrote."""
+    """The re-trained candidates (median, IQM with its 95% bootstrap interval, worst seed), the
+    chance the winner beats the runner-up, the winner and what the search wrote."""
+    from drlcli.seed_statistics import improvement_interval, probability_of_improvement
+
     if summary.candidates:
         seeds = list(summary.candidates[0].seed_returns)
-        table = Table(
-            title=f"the best trials, re-trained on seeds {', '.join(map(str, seeds))}",
-            header_style="bold",
-        )
-        for column in ("trial", "search", "median", "IQM", "worst"):
-            table.add_column(column, justify="left" if column == "trial" else "right")
-        table.add_column("each seed's final evaluation")
+        title = f"the best trials, re-trained on seeds {', '.join(map(str, seeds))}"
+        table = Table(title=title, header_style="bold", min_width=len(title))
+        for column in ("trial", "search", "median", "IQM [interval]", "worst"):
+            table.add_column(escape(column), justify="left" if column == "trial" else "right")
         for candidate in summary.candidates:
             returns = [candidate.seed_returns[seed] for seed in seeds]
+            iqm = f"{candidate.iqm:.1f}"
+            if len(returns) > 1:
+                interval = candidate.iqm_interval
+                iqm += f" [{interval.low:.0f}, {interval.high:.0f}]"
             table.add_row(
                 escape(candidate.trial),
                 f"{candidate.search_objective:.1f}",
                 f"{candidate.median:.1f}",
-                f"{candidate.iqm:.1f}",
+                iqm,
                 f"{min(returns):.1f}",
-                " / ".join(f"{value:.0f}" for value in returns),
             )
         console.print(table)
         for candidate in summary.candidates:  # below the table: it stays narrow
             values = ", ".join(f"{key}={_short(value)}" for key, value in candidate.values.items())
-            console.print(escape(f"{candidate.trial}: {values}"), highlight=False)
+            finals = " / ".join(f"{candidate.seed_returns[seed]:.0f}" for seed in seeds)
+            console.print(escape(f"{candidate.trial}: {values}; seeds {finals}"), highlight=False)
+        if len(summary.candidates) > 1 and len(seeds) > 1:
+            winner, runner_up = summary.candidates[:2]
+            better, worse = (
+                list(winner.seed_returns.values()),
+                list(runner_up.seed_returns.values()),
+            )
+            chance = improvement_interval(better, worse)
+            console.print(
+                escape(
+                    f"P({winner.trial} beats {runner_up.trial} on a seed): "
+                    f"{float(probability_of_improvement(better, worse)):.2f} "
+                    f"[{chance.low:.2f}, {chance.high:.2f}]"
+                ),
+                highlight=False,
+            )
     console.print(
         escape(f"winner: drl train {summary.winner_yaml}"), style="bold green", highlight=False
     )
@@ -264,3 +283,57 @@ def render_search_summary(summary: Any, console: Console) -> None:
 def _short(value: Any) -> str:
     """A searched value as the table shows it: floats to 4 significant digits."""
     return f"{value:.4g}" if isinstance(value, float) else repr(value)
+
+
+def render_comparison(reports: Any, console: Console) -> None:
+    """``drl compare``'s table: per group of seeds, the median and IQM of its final
+    deterministic evaluations, the IQM's 95% bootstrap interval, and the probability that a run
+    of the group beats one of the first group's; each run's figure below."""
+    if not reports:
+        return
+    reference = reports[0].group
+    table = Table(
+        title="final deterministic evaluation over seeds (95% bootstrap intervals)",
+        header_style="bold",
+    )
+    for column in ("group", "seeds", "median", "IQM [interval]"):
+        table.add_column(escape(column), justify="left" if column == "group" else "right")
+    if len(reports) > 1:
+        table.add_column(escape("P(improve) [interval]"), justify="right")
+    for report in reports:
+        interval = report.iqm_interval
+        row = [
+            escape(report.group),
+            str(len(report.runs)),
+            _figure(report.median),
+            f"{_figure(report.iqm)} [{_figure(interval.low)}, {_figure(interval.high)}]",
+        ]
+        if report.improvement is not None:
+            value, chance = report.improvement
+            row.append(f"{value:.2f} [{chance.low:.2f}, {chance.high:.2f}]")
+        elif len(reports) > 1:
+            row.append("reference")
+        table.add_row(*row)
+    console.print(table)
+    if len(reports) > 1:
+        console.print(
+            escape(f"P(improve): the chance that a run of the group beats one of {reference}'s"),
+            highlight=False,
+        )
+    for report in reports:  # below the table: it stays narrow
+        finals = " / ".join(_figure(run.final_return) for run in report.runs)
+        seeds = [run.seed for run in report.runs]
+        on_seeds = "" if None in seeds else f" (seeds {', '.join(map(str, seeds))})"
+        task = f" on {report.task}" if report.task else ""
+        console.print(escape(f"{report.group}{task}: {finals}{on_seeds}"), highlight=False)
+    if any(run.final_source != "final evaluation" for report in reports for run in report.runs):
+        console.print(
+            "a run without a final evaluation in its checkpoint counts its last periodic one",
+            style="yellow",
+        )
+
+
+def _figure(value: float) -> str:
+    """A return as the comparison shows it: whole numbers from 1000, else 4 significant
+    digits."""
+    return f"{value:.0f}" if abs(value) >= 1000 else f"{value:.4g}"

@@ -148,7 +148,9 @@ def test_dashboard_refuses_a_missing_folder(tmp_path):
     assert "not a folder" in result.output
 
 
-@pytest.mark.parametrize("command", ["train", "play", "export", "verify", "dashboard"])
+@pytest.mark.parametrize(
+    "command", ["train", "play", "export", "verify", "dashboard", "compare", "tune"]
+)
 def test_help_shows_examples_that_the_readme_shows_too(command):
     from drlcli.cli import EXAMPLES
 

@@ -4,6 +4,7 @@ in the shared Ray session."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 
 import pytest
 from typer.testing import CliRunner
@@ -15,7 +16,6 @@ from drlcli.tune.search import (
     EvaluationReporter,
     decode_values,
     encode_choices,
-    interquartile_mean,
     objective_of,
     plan_trials,
     trial_resources,
@@ -97,15 +97,6 @@ def test_the_objective_is_the_mean_of_the_last_evaluations():
         {"objective": 20.0, "evaluation_return": 30.0, "env_steps": 512},
         {"objective": 40.0, "evaluation_return": 50.0, "env_steps": 1024},
     ]
-
-
-def test_interquartile_mean_weights_the_boundary_values():
-    assert interquartile_mean([1.0, 2.0, 3.0, 4.0]) == 2.5
-    assert interquartile_mean([5.0]) == 5.0
-    # 5 values: the middle half is 2.5 values wide, 1.25 .. 3.75: 0.75*b + c + 0.75*d.
-    assert interquartile_mean([0.0, 10.0, 20.0, 30.0, 1000.0]) == pytest.approx(
-        (0.75 * 10 + 20 + 0.75 * 30) / 2.5
-    )
 
 
 def test_search_settings_are_checked_against_the_config():
@@ -465,11 +456,22 @@ def test_the_summary_shows_each_candidates_seeds_median_iqm_and_worst_in_80_colu
     text = console.export_text()
     assert "re-trained on seeds 1000, 1001, 1002, 1003, 1004" in text
     row = next(line for line in text.splitlines() if "trial_006 " in line and "│" in line)
+    interval = candidate.iqm_interval
     assert [cell.strip() for cell in row.split("│")[1:6]] == [
         "trial_006",
         "3315.2",
         "3205.6",
-        f"{candidate.iqm:.1f}",
+        f"{candidate.iqm:.1f} [{interval.low:.0f}, {interval.high:.0f}]",
         "2733.6",
     ]
-    assert "trial_006: gae_lambda=0.8244" in text and "winner: drl train s/winner.yaml" in text
+    assert candidate.iqm == pytest.approx((2964.7 + 3205.6 + 3349.7) / 3)  # 5 seeds: 1 cut each end
+    assert interval.low < candidate.iqm < interval.high
+    assert "trial_006: gae_lambda=0.8244; seeds 2965 / 2734 / 3206 / 3350 / 3608" in text
+    assert "winner: drl train s/winner.yaml" in text
+    # Two candidates: the chance that the winner beats the runner-up on a seed.
+    runner_up = Candidate(
+        "trial_002", {"gae_lambda": 0.9}, 3100.0, {s: r - 500 for s, r in returns.items()}
+    )
+    render_search_summary(dataclasses.replace(summary, candidates=[candidate, runner_up]), console)
+    text = console.export_text()
+    assert "P(trial_006 beats trial_002 on a seed): 0.88 [" in text

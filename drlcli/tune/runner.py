@@ -19,6 +19,7 @@ import yaml
 from drlcli.config import config_from_dict, read_yaml_mapping
 from drlcli.dashboard.runs import SEARCH_FILE
 from drlcli.errors import ConfigError, SearchInterrupted, TrainingError, UsageError
+from drlcli.seed_statistics import Interval, bootstrap_interval, interquartile_mean
 from drlcli.topology import AvailableDevices, topology_for_config
 from drlcli.tune.search import (
     EXPLOITS_FILE,
@@ -26,7 +27,6 @@ from drlcli.tune.search import (
     PRIMITIVE,
     TrialPlan,
     decode_values,
-    interquartile_mean,
     plan_trials,
     run_trial,
     trial_resources,
@@ -53,7 +53,12 @@ class Candidate:
 
     @property
     def iqm(self) -> float:
-        return interquartile_mean(list(self.seed_returns.values()))
+        return float(interquartile_mean(list(self.seed_returns.values())))
+
+    @property
+    def iqm_interval(self) -> Interval:
+        """The IQM's 95% bootstrap interval over the seeds (at least 2)."""
+        return bootstrap_interval([list(self.seed_returns.values())], "iqm")
 
 
 @dataclass(frozen=True)

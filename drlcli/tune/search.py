@@ -132,22 +132,6 @@ def objective_of(evaluation_returns: Sequence[float], last: int) -> float:
     return float(statistics.fmean(evaluation_returns[-last:]))
 
 
-def interquartile_mean(values: Sequence[float]) -> float:
-    """The mean of the middle half of ``values`` (Agarwal et al. 2021): the values between the
-    25th and 75th percentiles, the boundary ones weighted by the fraction inside."""
-    ordered = sorted(values)
-    count = len(ordered)
-    if count == 0:
-        raise ValueError("no values")
-    low, high = 0.25 * count, 0.75 * count
-    total = weight = 0.0
-    for index, value in enumerate(ordered):
-        inside = max(0.0, min(index + 1, high) - max(index, low))
-        total += inside * value
-        weight += inside
-    return total / weight
-
-
 class EvaluationReporter:
     """The metrics sink of a trial: each evaluation is reported to Ray Tune (``report``) with
     the objective so far, the evaluation's return and its env steps, and, as Ray Tune's

@@ -6,8 +6,11 @@
 For each seed: train (local Ray), then run the final checkpoint and the best one (chosen by
 the run's periodic evaluations, or by training return without them) deterministically
 (transform(mean)) for --episodes episodes on environments seeded apart from the run's own
-evaluations. Prints per-seed returns and wall-clock, then the median and the worst seed of each,
-and of the run's own final evaluation (the figure ``drl tune`` ranks its re-trained candidates by).
+evaluations. Prints per-seed returns and wall-clock, then, for the final policy, the best
+checkpoint and the run's own final evaluation (the figure ``drl tune`` ranks its re-trained
+candidates by), the median, the interquartile mean with its 95% bootstrap interval (from 2 seeds)
+and the worst seed.
+``drl compare OUTPUT_DIR`` draws the runs' curves afterwards (with --output-dir).
 Outputs go to a temporary folder unless --output-dir is given.
 """
 
@@ -25,6 +28,7 @@ from rich.console import Console
 from drlcli.config import load_config
 from drlcli.play import load_play_actor, run_episodes
 from drlcli.runtime.training import train
+from drlcli.seed_statistics import bootstrap_interval, interquartile_mean
 
 
 def main() -> None:
@@ -74,9 +78,11 @@ def main() -> None:
     for label, column in columns:
         returns = [row[column] for row in rows]
         worst = min(range(len(rows)), key=lambda i: returns[i])
+        interval = f" {bootstrap_interval([returns])}" if len(returns) > 1 else ""
         console.print(
             f"{base.name} ({base.env.id}), {label}: median deterministic evaluation return "
-            f"{statistics.median(returns):.1f}, worst {returns[worst]:.1f} (seed {seeds[worst]}), "
+            f"{statistics.median(returns):.1f}, IQM {float(interquartile_mean(returns)):.1f}"
+            f"{interval}, worst {returns[worst]:.1f} (seed {seeds[worst]}), "
             f"returns {' / '.join(f'{r:.0f}' for r in returns)} over seeds {seeds}",
             highlight=False,
         )

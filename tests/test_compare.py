@@ -1,0 +1,236 @@
+"""Statistics over seeds (drlcli/seed_statistics.py) and ``drl compare``: the IQM, bootstrap
+intervals and probability of improvement against hand-computed cases; the command on runs of
+the tests' own, its table, JSON and PNG; each bad input one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from drlcli.cli import app
+from drlcli.seed_statistics import (
+    aggregate,
+    bootstrap_interval,
+    default_aggregate,
+    improvement_interval,
+    interquartile_mean,
+    probability_of_improvement,
+)
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_iqm_is_the_mean_of_the_middle_half_as_rliable_cuts_it():
+    # floor(n/4) values cut at each end: n=8 -> 2, n=5 -> 1, n=3 -> none.
+    assert interquartile_mean([8, 1, 7, 2, 6, 3, 5, 4]) == 4.5
+    assert interquartile_mean([0.0, 10.0, 20.0, 30.0, 1000.0]) == 20.0
+    assert interquartile_mean([1.0, 2.0, 9.0]) == 4.0
+    assert aggregate([1.0, 2.0, 9.0], "median") == 2.0
+    assert aggregate([1.0, 2.0, 9.0], "mean") == 4.0
+    np.testing.assert_array_equal(
+        aggregate([[1, 2, 3, 100], [4, 5, 6, 7]], "iqm", axis=1), [2.5, 5.5]
+    )
+    assert default_aggregate(3) == "mean" and default_aggregate(4) == "iqm"
+    with pytest.raises(ValueError, match="unknown aggregate 'best'"):
+        aggregate([1.0], "best")
+    with pytest.raises(ValueError, match="no values"):
+        aggregate([], "mean")
+
+
+def test_the_bootstrap_interval_of_a_hand_computed_case():
+    # Resampling [0, 0, 0, 10]: the mean is 2.5 k with k ~ Binomial(4, 1/4); P(k=0) = 0.32 so
+    # the 2.5% point is 0, P(k <= 2) = 0.95 and P(k <= 3) = 0.996, so the 97.5% point is 7.5.
+    interval = bootstrap_interval([[0.0, 0.0, 0.0, 10.0]], "mean")
+    assert (interval.low, interval.high) == (0.0, 7.5)
+    assert str(interval) == "[0.0, 7.5]"
+    # The same seeds give the same interval: a report does not change between runs.
+    assert bootstrap_interval([[1.0, 5.0, 2.0, 8.0]]) == bootstrap_interval([[1.0, 5.0, 2.0, 8.0]])
+    with pytest.raises(ValueError, match="at least 2 values"):
+        bootstrap_interval([[3.0]])
+
+
+def test_the_bootstrap_is_stratified_each_task_resampled_on_its_own():
+    # Two tasks of two runs each: every stratified resample keeps two runs of each task, so the
+    # pooled mean is always 5; pooled without strata, a resample can be all zeros or all tens.
+    stratified = bootstrap_interval([[0.0, 0.0], [10.0, 10.0]], "mean")
+    pooled = bootstrap_interval([[0.0, 0.0, 10.0, 10.0]], "mean")
+    assert (stratified.low, stratified.high) == (5.0, 5.0)
+    assert (pooled.low, pooled.high) == (0.0, 10.0)
+
+
+def test_the_probability_of_improvement_counts_pairs_and_half_the_ties():
+    # Pairs of [1, 2, 3] over [0, 2, 5]: 1>0, 2>0, 3>0, 3>2 and the tie 2=2 -> 4.5 of 9.
+    assert probability_of_improvement([1.0, 2.0, 3.0], [0.0, 2.0, 5.0]) == 0.5
+    assert probability_of_improvement([10.0, 11.0], [0.0, 1.0]) == 1.0
+    separated = improvement_interval([10.0, 11.0, 12.0], [0.0, 1.0, 2.0])
+    assert (separated.low, separated.high) == (1.0, 1.0)
+    overlapping = improvement_interval([1.0, 2.0, 3.0], [0.0, 2.0, 5.0])
+    assert 0.0 <= overlapping.low < 0.5 < overlapping.high <= 1.0
+
+
+def write_run(folder: Path, name: str, evaluations: list[tuple[int, float]]) -> Path:
+    """A metrics CSV of drl's columns with periodic evaluations at (env steps, return)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = ["round,env_steps,wall_time_s,eval_return_mean,eval_env_steps"]
+    for number, (steps, value) in enumerate(evaluations, start=1):
+        lines.append(f"{number},{steps},{number},{value},{steps}")
+    path = folder / f"metrics_{name}.csv"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def one_error_line(result, exit_code: int = 2) -> str:
+    assert result.exit_code == exit_code, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), result.output
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+def test_compare_reports_each_group_writes_its_json_and_png(tmp_path, checkpoint_file):
+    root = tmp_path / "runs"
+    finals = {"fast": [100.0, 120.0, 90.0], "slow": [50.0, 60.0, 130.0]}
+    for group, values in finals.items():
+        for seed, value in enumerate(values):
+            write_run(root / group, f"{group}_seed{seed}", [(100, value / 2), (200, value)])
+
+    # A run with a final evaluation in its checkpoint counts that one, not its last row.
+    def evaluated(payload):
+        payload["evaluation"] = {
+            "env_steps": 200,
+            "episodes": 2,
+            "return_mean": 95.0,
+            "return_std": 1.0,
+            "episode_length_mean": 10.0,
+            "success_rate": None,
+        }
+
+    os.replace(checkpoint_file(evaluated), root / "fast" / "model_fast_seed2.pt")
+    finals["fast"][2] = 95.0
+    plot, report = tmp_path / "plots" / "curves.png", tmp_path / "compare.json"
+    result = invoke(
+        "compare",
+        str(root / "fast"),
+        str(root / "slow"),
+        "--plot",
+        str(plot),
+        "--json",
+        str(report),
+    )
+    assert result.exit_code == 0, result.output
+    assert "P(improve) [interval]" in result.output and "IQM [interval]" in result.output
+    assert "fast on InvertedPendulum-v5: 100 / 120 / 95\n" in result.output
+    assert f"curves: {plot}" in result.output
+    document = json.loads(report.read_text())
+    assert document["reference_group"] == "fast"
+    groups = {group["group"]: group for group in document["groups"]}
+    assert [run["final_return"] for run in groups["fast"]["runs"]] == finals["fast"]
+    assert groups["fast"]["runs"][2]["final_source"] == "final evaluation"
+    assert groups["slow"]["runs"][0]["final_source"] == "last periodic evaluation"
+    for group, values in finals.items():
+        interval = bootstrap_interval([values], "iqm")
+        assert groups[group]["iqm"] == pytest.approx(interquartile_mean(values))
+        assert groups[group]["median"] == float(np.median(values))
+        assert groups[group]["iqm_interval"] == [interval.low, interval.high]
+    improvement = groups["slow"]["probability_of_improvement"]
+    assert improvement["value"] == probability_of_improvement(finals["slow"], finals["fast"])
+    assert groups["fast"]["probability_of_improvement"] is None
+    assert plot.read_bytes()[:8] == PNG_MAGIC and plot.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda root: root.mkdir(), "no drl run under this folder"),
+        (lambda root: write_run(root, "lonely_seed0", [(10, 1.0)]), "has one run"),
+        (
+            lambda root: [write_run(root, f"x_seed{seed}", []) for seed in (0, 1)],
+            "has no deterministic evaluation",
+        ),
+        (
+            lambda root: [
+                write_run(root, f"x_seed{seed}", [(10, 1.0)]).write_text("round,env_steps\n1,x\n")
+                for seed in (0, 1)
+            ],
+            "not a readable metrics CSV",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path, make, message):
+    root = tmp_path / "runs"
+    make(root)
+    line = one_error_line(invoke("compare", str(root), "--plot", str(tmp_path / "c.png")))
+    assert message in line
+    assert not (tmp_path / "c.png").exists()
+
+
+def test_a_missing_path_and_a_file_that_is_no_run_are_one_line(tmp_path):
+    assert "no such file or folder" in one_error_line(invoke("compare", str(tmp_path / "none")))
+    stray = tmp_path / "notes.txt"
+    stray.write_text("hello")
+    assert "not a run's metrics CSV or checkpoint" in one_error_line(invoke("compare", str(stray)))
+
+
+def test_a_group_of_two_tasks_is_refused(tmp_path, checkpoint_file):
+    root = tmp_path / "runs"
+    for seed in (0, 1):
+        write_run(root, f"mixed_seed{seed}", [(10, 1.0)])
+
+    def other_task(payload):
+        payload["env"]["id"] = "Hopper-v5"
+
+    os.replace(checkpoint_file(), root / "model_mixed_seed0.pt")
+    os.replace(checkpoint_file(other_task, name="other.pt"), root / "model_mixed_seed1.pt")
+    line = one_error_line(invoke("compare", str(root), "--plot", str(tmp_path / "c.png")))
+    assert "mixes tasks Hopper-v5, InvertedPendulum-v5" in line
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_compare_on_runs_trained_here_reads_their_final_evaluations(tmp_path, tiny_config):
+    """Two seeds of the tests' tiny config, trained: the table and JSON take each run's final
+    evaluation from its checkpoint, and the curves reach the last evaluation."""
+    from rich.console import Console
+
+    from drlcli.checkpoint import read_checkpoint
+    from drlcli.config import load_config
+    from drlcli.runtime.training import train
+    from drlcli.topology import AvailableDevices
+
+    finals = []
+    for seed in (0, 1):
+        path = tiny_config(
+            f"tiny_seed{seed}", extra="evaluation: {episodes: 2, interval_env_steps: 128}\n"
+        )
+        # Episodes of at most 50 steps: a balancing policy's evaluations stay short.
+        text = path.read_text().replace("seed: 3", f"seed: {seed}, max_episode_steps: 50")
+        path.write_text(text)
+        config = load_config(path)
+        train(
+            config,
+            quiet=True,
+            devices=AvailableDevices(cuda_devices=0, mps=False),
+            console=Console(quiet=True),
+        )
+        finals.append(read_checkpoint(config.checkpoint_path).evaluation["return_mean"])
+    report, plot = tmp_path / "compare.json", tmp_path / "curves.png"
+    result = invoke("compare", str(tmp_path / "out"), "--json", str(report), "--plot", str(plot))
+    assert result.exit_code == 0, result.output
+    (group,) = json.loads(report.read_text())["groups"]
+    assert group["group"] == "tiny" and group["task"] == "InvertedPendulum-v5"
+    assert [(run["seed"], run["final_return"]) for run in group["runs"]] == list(
+        zip((0, 1), finals, strict=True)
+    )
+    assert {run["final_source"] for run in group["runs"]} == {"final evaluation"}
+    assert group["iqm"] == pytest.approx(np.mean(finals))  # 2 seeds: nothing cut
+    assert group["iqm_interval"][0] <= group["iqm"] <= group["iqm_interval"][1]
+    assert "periodic" not in result.output
+    assert plot.read_bytes()[:8] == PNG_MAGIC
