@@ -216,13 +216,27 @@ def render_search_plan(plan: Any, folder: Any, console: Console) -> None:
         if settings.retrain_top
         else "none (the winner is the best trial as searched)"
     )
+    seeds = plan.trial_seeds
+    objective = f"mean return of the last {settings.objective_evaluations} evaluations"
+    cpus = f"{settings.cpus_per_trial:g}"
+    if len(seeds) == 1:
+        on_seeds = f"1 (seed {seeds[0]})"
+    else:
+        on_seeds = f"{len(seeds)} (seeds {seeds[0]}-{seeds[-1]}, side by side)"
+        aggregate = {"iqm": "IQM", "mean": "mean", "median": "median"}
+        objective = (
+            f"{aggregate[settings.objective_aggregate or 'mean']} over the seeds of each one's "
+            f"{objective}"
+        )
+        cpus += f", shared by its {len(seeds)} seeds' runs"
     for what, value in (
         ("trials", f"{settings.trials}, {plan.env_steps:,} env steps each"),
+        ("seeds per trial", on_seeds),
         ("searcher", "Optuna TPE" if settings.searcher == "optuna" else "random"),
         (scheduling, scheduled),
         ("evaluation", f"every {plan.evaluation_interval:,} env steps"),
-        ("objective", f"mean return of the last {settings.objective_evaluations} evaluations"),
-        ("CPUs per trial", f"{settings.cpus_per_trial:g}"),
+        ("objective", objective),
+        ("CPUs per trial", cpus),
         ("re-training", retrain),
         ("folder", escape(str(folder))),
     ):

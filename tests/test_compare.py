@@ -1,6 +1,7 @@
 """Statistics over seeds (drlcli/seed_statistics.py) and ``drl compare``: the IQM, bootstrap
-intervals and probability of improvement against hand-computed cases; the command on runs of
-the tests' own, its table, JSON and PNG; each bad input one line, exit 2."""
+intervals and probability of improvement against hand-computed cases; the command on runs
+written here, its table, JSON and PNG; each bad input one line, exit 2. (On trained runs:
+tests/test_tune.py's interrupted search of two seeds.)"""
 
 from __future__ import annotations
 
@@ -192,45 +193,3 @@ def test_a_group_of_two_tasks_is_refused(tmp_path, checkpoint_file):
     os.replace(checkpoint_file(other_task, name="other.pt"), root / "model_mixed_seed1.pt")
     line = one_error_line(invoke("compare", str(root), "--plot", str(tmp_path / "c.png")))
     assert "mixes tasks Hopper-v5, InvertedPendulum-v5" in line
-
-
-@pytest.mark.usefixtures("ray_cluster")
-def test_compare_on_runs_trained_here_reads_their_final_evaluations(tmp_path, tiny_config):
-    """Two seeds of the tests' tiny config, trained: the table and JSON take each run's final
-    evaluation from its checkpoint, and the curves reach the last evaluation."""
-    from rich.console import Console
-
-    from drlcli.checkpoint import read_checkpoint
-    from drlcli.config import load_config
-    from drlcli.runtime.training import train
-    from drlcli.topology import AvailableDevices
-
-    finals = []
-    for seed in (0, 1):
-        path = tiny_config(
-            f"tiny_seed{seed}", extra="evaluation: {episodes: 2, interval_env_steps: 128}\n"
-        )
-        # Episodes of at most 50 steps: a balancing policy's evaluations stay short.
-        text = path.read_text().replace("seed: 3", f"seed: {seed}, max_episode_steps: 50")
-        path.write_text(text)
-        config = load_config(path)
-        train(
-            config,
-            quiet=True,
-            devices=AvailableDevices(cuda_devices=0, mps=False),
-            console=Console(quiet=True),
-        )
-        finals.append(read_checkpoint(config.checkpoint_path).evaluation["return_mean"])
-    report, plot = tmp_path / "compare.json", tmp_path / "curves.png"
-    result = invoke("compare", str(tmp_path / "out"), "--json", str(report), "--plot", str(plot))
-    assert result.exit_code == 0, result.output
-    (group,) = json.loads(report.read_text())["groups"]
-    assert group["group"] == "tiny" and group["task"] == "InvertedPendulum-v5"
-    assert [(run["seed"], run["final_return"]) for run in group["runs"]] == list(
-        zip((0, 1), finals, strict=True)
-    )
-    assert {run["final_source"] for run in group["runs"]} == {"final evaluation"}
-    assert group["iqm"] == pytest.approx(np.mean(finals))  # 2 seeds: nothing cut
-    assert group["iqm_interval"][0] <= group["iqm"] <= group["iqm_interval"][1]
-    assert "periodic" not in result.output
-    assert plot.read_bytes()[:8] == PNG_MAGIC

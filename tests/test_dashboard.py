@@ -129,6 +129,31 @@ def test_a_searchs_trials_are_one_group_with_their_results(served):
     assert runs["trial_001"]["note"] == "no objective, error"
 
 
+def test_a_trial_of_several_seeds_is_a_seed_group_of_its_own(tmp_path):
+    """search.seeds_per_trial: trials/<trial>/seed_<n>/metrics_trial.csv, one run per seed."""
+    search = tmp_path / "search_walker"
+    search.mkdir()
+    (search / "search.yaml").write_text("config: {}\n")
+    for seed in (3, 4):
+        write_run(search / "trials" / "trial_001" / f"seed_{seed}", "trial", 2)
+        # Ray Tune's checkpoint of the trial: copies of the seeds' CSVs, not runs.
+        write_run(search / "trials" / "trial_001" / "checkpoint_000002" / f"seed_{seed}", "m", 1)
+    write_run(tmp_path / "trials" / "lone" / "seed_1", "trial", 1)  # no search above it
+    runs = {(run.group, run.name): run for run in find_runs([tmp_path])}
+    assert set(runs) == {
+        ("search search_walker: trial_001", "trial_001 seed_3"),
+        ("search search_walker: trial_001", "trial_001 seed_4"),
+        ("trial", "trial"),
+    }
+    assert runs[("search search_walker: trial_001", "trial_001 seed_3")].group_kind == "seeds"
+    (search / "results.csv").write_text(
+        "trial,gamma,objective,last_evaluation_return,env_steps,state\n"
+        "trial_001,0.99,40.5,41,1000,finished\n"
+    )
+    seed = next(run for run in find_runs([tmp_path]) if run.name == "trial_001 seed_4")
+    assert (seed.note, seed.values) == ("objective 40.5, finished", {"gamma": "0.99"})
+
+
 def test_rows_come_whole_then_only_the_new_ones(served):
     root, get = served
     path = write_run(root, "run", 3)

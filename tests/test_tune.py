@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -13,7 +14,10 @@ from drlcli.cli import app
 from drlcli.config import config_from_dict, load_config
 from drlcli.errors import ConfigError
 from drlcli.tune.search import (
-    EvaluationReporter,
+    SeedBarrier,
+    TrialFiles,
+    TrialReports,
+    TrialStop,
     decode_values,
     encode_choices,
     objective_of,
@@ -81,22 +85,115 @@ def test_ray_tune_domains_keep_each_kind_and_int_ranges_include_high():
     assert set(space["d"].categories) == {"[1, 2]", "x"}
 
 
+def reports_of(seeds: int, **settings) -> tuple[TrialReports, list[dict]]:
+    """A trial's reports of ``seeds`` seeds, without Ray or files (no checkpoint to carry)."""
+    sent: list[dict] = []
+    files = [
+        TrialFiles(seed, f"seed_{seed}", Path("/nowhere/model.pt"), Path("b"), Path("m"))
+        for seed in range(seeds)
+    ]
+    settings = parse_search_settings(
+        {"seeds_per_trial": seeds, **settings}, config_from_dict({"env": {"seed": 100}})
+    )
+    return TrialReports("trial_001", files, settings, sent.append), sent
+
+
 def test_the_objective_is_the_mean_of_the_last_evaluations():
     assert objective_of([10.0, 20.0, 60.0], 2) == 40.0
     assert objective_of([10.0], 3) == 10.0
-    reports = []
-    reporter = EvaluationReporter(2, reports.append)
+    reports, sent = reports_of(1, objective_evaluations=2)
+    (reporter,) = reports.reporters
     reporter.write({"eval_return_mean": None, "eval_env_steps": None})  # no evaluation: no report
     reporter.write({"eval_return_mean": 10.0, "eval_env_steps": 256})
-    assert reports == []  # sent with the checkpoint of its round, written after the row
+    assert sent == []  # sent with the checkpoint of its round, written after the row
     reporter.write({"eval_return_mean": 30.0, "eval_env_steps": 512})
-    assert len(reports) == 1
+    assert len(sent) == 1
     reporter.finish(50.0, 1024)  # the last row's evaluation, then the final one
-    assert reports == [
+    assert sent == [
         {"objective": 10.0, "evaluation_return": 10.0, "env_steps": 256},
         {"objective": 20.0, "evaluation_return": 30.0, "env_steps": 512},
         {"objective": 40.0, "evaluation_return": 50.0, "env_steps": 1024},
     ]
+
+
+def test_a_trial_of_several_seeds_reports_once_all_reached_the_point():
+    """Two seeds in threads: nothing goes out until both evaluated at a point; the objective
+    is the mean over the seeds of each one's mean of its last 2 evaluations."""
+    import threading
+
+    reports, sent = reports_of(2, objective_evaluations=2)
+    first, second = reports.reporters
+    assert reports.settings.objective_aggregate == "mean"  # below 4 seeds
+    first.write({"eval_return_mean": 10.0, "eval_env_steps": 100})
+    waiting = threading.Thread(
+        target=first.write, args=({"eval_return_mean": 30.0, "eval_env_steps": 200},)
+    )
+    waiting.start()  # point 1 arrives: it waits for the other seed
+    waiting.join(timeout=0.5)
+    assert waiting.is_alive() and sent == []
+    second.write({"eval_return_mean": 50.0, "eval_env_steps": 100})
+    second.write({"eval_return_mean": 70.0, "eval_env_steps": 200})  # point 1 complete
+    waiting.join(timeout=5)
+    assert not waiting.is_alive()
+    assert sent == [{"objective": 30.0, "evaluation_return": 30.0, "env_steps": 100}]
+    finishing = threading.Thread(target=first.finish, args=(None, 200))
+    finishing.start()
+    second.finish(None, 200)
+    finishing.join(timeout=5)
+    # Seed 1: mean(10, 30) = 20; seed 2: mean(50, 70) = 60; the trial: 40.
+    assert sent[1] == {"objective": 40.0, "evaluation_return": 50.0, "env_steps": 200}
+
+
+def test_four_seeds_aggregate_by_the_iqm_and_a_named_aggregate_wins():
+    reports, sent = reports_of(4, objective_evaluations=1)
+    assert reports.settings.objective_aggregate == "iqm"
+    for reporter, value in zip(reports.reporters, (0.0, 10.0, 20.0, 1000.0), strict=True):
+        reporter.returns.append(value)
+        reporter.env_steps = 64
+    assert reports.metrics()["objective"] == 15.0  # the middle two
+    median, _ = reports_of(4, objective_aggregate="median")
+    assert median.settings.objective_aggregate == "median"
+
+
+def test_a_seed_that_fails_or_a_stopped_report_ends_every_seed_of_the_trial():
+    import threading
+
+    barrier = SeedBarrier(2, lambda point: None)
+    outcome: list[BaseException] = []
+
+    def arrive():
+        try:
+            barrier.arrive(0)
+        except BaseException as error:
+            outcome.append(error)
+
+    waiting = threading.Thread(target=arrive)
+    waiting.start()
+    barrier.stop(RuntimeError("seed 1 failed"))
+    waiting.join(timeout=5)
+    assert [type(error) for error in outcome] == [TrialStop]
+    with pytest.raises(TrialStop):  # and any later arrival
+        barrier.arrive(1)
+
+    def stopped_by_ray_tune(point):
+        raise SystemExit(0)
+
+    barrier, outcome = SeedBarrier(2, stopped_by_ray_tune), []
+    waiting = threading.Thread(target=arrive)
+    waiting.start()
+    with pytest.raises(SystemExit):  # the seed that reported
+        barrier.arrive(1)
+    waiting.join(timeout=5)
+    assert [type(error) for error in outcome] == [TrialStop]  # the seed that waited
+
+
+def test_a_seed_whose_run_ended_early_counts_as_arrived():
+    sent: list[int] = []
+    barrier = SeedBarrier(2, sent.append)
+    barrier.leave(1)  # a stop rule ended seed 1's run
+    barrier.arrive(0)
+    barrier.arrive(0)
+    assert sent == [1, 2]
 
 
 def test_search_settings_are_checked_against_the_config():
@@ -104,7 +201,13 @@ def test_search_settings_are_checked_against_the_config():
     with pytest.raises(ConfigError, match="search.retrain_seeds: 1000 is the config's env.seed"):
         parse_search_settings({}, config)
     other = config_from_dict({"env": {"id": "InvertedPendulum-v5"}})
-    assert parse_search_settings(None, other) == SearchSettings()
+    assert parse_search_settings(None, other) == SearchSettings(objective_aggregate="mean")
+    # A trial's seeds run from env.seed: none of them may be re-trained on.
+    with pytest.raises(
+        ConfigError,
+        match=r"search.retrain_seeds: 1002 is one of the seeds the trials train on \(1000-1003\)",
+    ):
+        parse_search_settings({"seeds_per_trial": 4, "retrain_seeds": [5, 1002]}, config)
     # Unset, the objective's evaluations are at most the trial's.
     assert parse_search_settings({"evaluations_per_trial": 2}, other).objective_evaluations == 2
     # Population-based training samples its population at random.
@@ -119,6 +222,8 @@ def test_search_settings_are_checked_against_the_config():
         ({"retrain_seeds": []}, "give seeds to re-train on, or retrain_top: 0"),
         ({"objective_evaluations": 5, "evaluations_per_trial": 4}, "5 is more than"),
         ({"cpus_per_trial": 0}, "search.cpus_per_trial: must be > 0"),
+        ({"seeds_per_trial": 0}, "search.seeds_per_trial: must be"),
+        ({"objective_aggregate": "max"}, "search.objective_aggregate: expected one of iqm"),
     ]:
         with pytest.raises(ConfigError, match=message):
             parse_search_settings(raw, other)
@@ -140,6 +245,16 @@ def test_a_trial_reserves_its_processes_cpus_and_trains_on_its_own_budget(tmp_pa
     # The sinks name a trial <search>/<trial> (its folder is <search>/trials/<trial>).
     named = plan.trial_config({}, tmp_path / "search_x" / "trials" / "trial_004", seed=7)
     assert named.logging.run_name == "search_x/trial_004"
+    # Three seeds side by side: three runs' processes share the trial's 1.5 CPUs; each seed
+    # writes into a folder of its own, named in the sinks too.
+    three = dataclasses.replace(plan.settings, seeds_per_trial=3)
+    assert (
+        trial_resources(config, three, seeds=3).bundles == [{"CPU": 1e-4}] + [{"CPU": 0.1249}] * 12
+    )
+    assert dataclasses.replace(plan, settings=three).trial_seeds == (3, 4, 5)
+    seed = plan.trial_config({}, tmp_path / "search_x" / "trials" / "trial_004", 4, "seed_4")
+    assert seed.output_dir == str(tmp_path / "search_x" / "trials" / "trial_004" / "seed_4")
+    assert seed.logging.run_name == "search_x/trial_004/seed_4" and seed.env.seed == 4
 
 
 def test_dry_run_prints_the_plan_and_starts_nothing(files, tmp_path):
@@ -149,6 +264,14 @@ def test_dry_run_prints_the_plan_and_starts_nothing(files, tmp_path):
     assert "algo_params.learning_rate" in result.output and "loguniform" in result.output
     assert "5, 256 env steps each" in result.output and "every 128 env steps" in result.output
     assert "ASHA, after 1 evaluation" in result.output
+    assert "seeds per trial │ 1 (seed 3)" in result.output
+    assert "mean return of the last 2 evaluations" in result.output
+    space.write_text(SPACE.replace("trials: 2,", "trials: 2, seeds_per_trial: 4,"))
+    result = runner.invoke(app, ["tune", str(config), str(space), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "seeds per trial │ 4 (seeds 3-6, side by side)" in result.output
+    assert "IQM over the seeds of each one's mean return of the last 2" in result.output
+    assert "CPUs per trial  │ 1, shared by its 4 seeds' runs" in result.output
     assert not (tmp_path / "out").exists()
 
 
@@ -243,8 +366,16 @@ def test_a_run_inside_a_trials_placement_group_places_every_process_in_it():
             .options(num_cpus=0, scheduling_strategy=inside)
             .remote(topology, True)
         )
+        # Two seeds of a trial side by side in the same group: each run takes half of it.
+        halves = ray.get(
+            ray.remote(process_resources)
+            .options(num_cpus=0, scheduling_strategy=inside)
+            .remote(topology, True, concurrent_runs=2)
+        )
     finally:
         remove_placement_group(group)
+    assert halves.cpu_share == 0.125 and halves.learner["num_cpus"] == 0.125
+    assert halves.learner_torch_threads == 1
     assert resources.cpu_share == 0.25 and resources.cpu_processes == 4
     for options in (resources.learner, resources.rollout_actor):
         strategy = options["scheduling_strategy"]
@@ -269,17 +400,21 @@ algo_params: {num_epochs: 1, num_minibatches: 2, hidden_sizes: [8]}
 """
 ONE_TRIAL = """
 space: {algo_params.learning_rate: {loguniform: [1.0e-4, 1.0e-3]}}
-search: {trials: 1, searcher: random, scheduler: none, evaluations_per_trial: 4, retrain_top: 0}
+search: {trials: 1, searcher: random, scheduler: none, evaluations_per_trial: 4, retrain_top: 0,
+         seeds_per_trial: 2}
 """
 
 
 @pytest.mark.usefixtures("ray_cluster")
 def test_an_interrupted_search_resumes_to_the_results_of_one_never_stopped(tmp_path):
-    """SIGTERM while the one trial's env waits in round 4 (the warm-up's 64 steps, then 40 a
-    round; after its first report and checkpoint, which goes out at round 3): SearchInterrupted
-    (exit 143), the folder kept; --resume continues the trial from its last checkpoint, and its
-    results and metrics rows equal those of the same trial config trained in one go, the
-    evaluations included (one per round, so each row shows the previous round's)."""
+    """A trial of two seeds side by side. SIGTERM while their envs wait in round 4 (the
+    warm-up's 64 steps, then 40 a round; after the trial's first report and checkpoint, which
+    goes out at round 3): SearchInterrupted (exit 143), the folder kept; --resume continues
+    each seed from the trial's last checkpoint, and each seed's metrics rows equal those of the
+    same config and seed trained in one go, the evaluations included (one per round, so each
+    row shows the previous round's); the objective is the mean over the seeds of each one's
+    mean of its last 3 evaluations."""
+    import json
     import os
     import signal
     import threading
@@ -326,19 +461,49 @@ def test_an_interrupted_search_resumes_to_the_results_of_one_never_stopped(tmp_p
     assert (result["state"], result["env_steps"]) == ("finished", "320")
 
     values = {"algo_params.learning_rate": float(result["algo_params.learning_rate"])}
-    whole = plan.trial_config(values, tmp_path / "whole", seed=3)
-    whole_summary = train(whole, quiet=True, devices=AvailableDevices(cuda_devices=0, mps=False))
-    whole_rows = read_metrics(whole.metrics_path)
-    assert [row["eval_env_steps"] for row in whole_rows] == ["", "80", "160", "240"]
-    last_three = [float(row["eval_return_mean"]) for row in whole_rows[2:]]
-    last_three.append(whole_summary.final_evaluation.return_mean)
-    assert float(result["objective"]) == pytest.approx(sum(last_three) / 3, rel=1e-12)
-    rows = read_metrics(trial / "metrics_trial.csv")
-    assert len(rows) == len(whole_rows) == 4
-    for row, whole_row in zip(rows, whole_rows, strict=True):
-        for column in whole_row:
-            if column not in TIME_COLUMNS:
-                assert row[column] == whole_row[column], (row["round"], column)
+    objectives = []
+    for seed in (3, 4):
+        whole = plan.trial_config(values, tmp_path / "whole", seed, f"seed_{seed}")
+        devices = AvailableDevices(cuda_devices=0, mps=False)
+        whole_summary = train(whole, quiet=True, devices=devices)
+        whole_rows = read_metrics(whole.metrics_path)
+        assert [row["eval_env_steps"] for row in whole_rows] == ["", "80", "160", "240"]
+        last_three = [float(row["eval_return_mean"]) for row in whole_rows[2:]]
+        last_three.append(whole_summary.final_evaluation.return_mean)
+        objectives.append(sum(last_three) / 3)
+        rows = read_metrics(trial / f"seed_{seed}" / "metrics_trial.csv")
+        assert len(rows) == len(whole_rows) == 4
+        for row, whole_row in zip(rows, whole_rows, strict=True):
+            for column in whole_row:
+                if column not in TIME_COLUMNS:
+                    assert row[column] == whole_row[column], (seed, row["round"], column)
+    assert objectives[0] != objectives[1]  # two seeds, two runs
+    assert float(result["objective"]) == pytest.approx(sum(objectives) / 2, rel=1e-12)
+    # drl compare on runs of the tests' own: the trial's seeds are a group; so are the same
+    # seeds trained in one go, whose final evaluations are the same, so neither improves.
+    report = tmp_path / "compare.json"
+    compared = runner.invoke(
+        app,
+        [
+            "compare",
+            str(folder),
+            str(tmp_path / "whole"),
+            "--json",
+            str(report),
+            "--plot",
+            str(tmp_path / "curves.png"),
+        ],
+    )
+    assert compared.exit_code == 0, compared.output
+    searched, alone = json.loads(report.read_text())["groups"]
+    assert (searched["group"], alone["group"]) == ("search search: trial_001", "trial")
+    assert [run["seed"] for run in searched["runs"]] == [3, 4]
+    assert [run["final_source"] for run in searched["runs"]] == ["final evaluation"] * 2
+    finals = [run["final_return"] for run in searched["runs"]]
+    assert finals == [run["final_return"] for run in alone["runs"]]
+    assert searched["iqm"] == pytest.approx(sum(finals) / 2)
+    assert alone["probability_of_improvement"]["value"] == 0.5
+    assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
     with pytest.raises(UsageError, match="no search to resume here"):
         run_search(plan, tmp_path / "elsewhere", resume=True, quiet=True)
 
@@ -475,3 +640,56 @@ def test_the_summary_shows_each_candidates_seeds_median_iqm_and_worst_in_80_colu
     render_search_summary(dataclasses.replace(summary, candidates=[candidate, runner_up]), console)
     text = console.export_text()
     assert "P(trial_006 beats trial_002 on a seed): 0.88 [" in text
+
+
+def test_an_exploit_takes_each_seed_of_the_other_trial(tmp_path, checkpoint_file):
+    """Population-based training with 2 seeds per trial: the exploited trial's checkpoint holds
+    both seeds; each seed continues from the same seed of the other trial, takes its metrics
+    rows and drops its own best; the exploit is one row of the trial's exploits.csv."""
+    import json
+    import os
+    import shutil
+
+    from drlcli.errors import TrainingError
+    from drlcli.tune.search import restore_trial
+
+    stored = tmp_path / "stored"
+    for seed in (3, 4):
+        part = stored / f"seed_{seed}"
+        part.mkdir(parents=True)
+        os.replace(checkpoint_file(name=f"c{seed}.pt"), part / "model.pt")
+        (part / "evaluation_returns.json").write_text(json.dumps([float(seed)]))
+        (part / "metrics.csv").write_text(f"round,env_steps\n1,{seed}\n")
+    (stored / "trial.json").write_text(json.dumps({"trial": "trial_002"}))
+    trial_folder = tmp_path / "trials" / "trial_001"
+    files = []
+    for seed in (3, 4):
+        folder = trial_folder / f"seed_{seed}"
+        folder.mkdir(parents=True)
+        (folder / "model_trial_best.pt").write_text("a best of a history left behind")
+        (folder / "metrics_trial.csv").write_text("round,env_steps\n1,0\n2,0\n")
+        files.append(
+            TrialFiles(
+                seed,
+                f"seed_{seed}",
+                folder / "model_trial.pt",
+                folder / "model_trial_best.pt",
+                folder / "metrics_trial.csv",
+            )
+        )
+    starts = restore_trial(stored, "trial_001", trial_folder, files, {"gamma": 0.9})
+    assert [(resume.parent.name, returns, steps) for resume, returns, steps in starts] == [
+        ("seed_3", [3.0], 6144),
+        ("seed_4", [4.0], 6144),
+    ]
+    for seed, seed_files in zip((3, 4), files, strict=True):
+        assert seed_files.metrics.read_text() == f"round,env_steps\n1,{seed}\n"
+        assert not seed_files.best.exists()
+    with open(trial_folder / "exploits.csv") as handle:
+        assert list(csv.reader(handle)) == [
+            ["env_steps", "exploited", "values"],
+            ["6144", "trial_002", '{"gamma": 0.9}'],
+        ]
+    shutil.rmtree(stored / "seed_4")
+    with pytest.raises(TrainingError, match="has no seed_4 to resume from"):
+        restore_trial(stored, "trial_001", trial_folder, files, {"gamma": 0.9})

@@ -46,6 +46,8 @@ class RunContext:
         facts: the task's spaces.
         plan: the rounds this run trains (learners keep their schedules by it).
         stored: the checkpoint resumed from, or None.
+        concurrent_runs: runs of one ``drl tune`` trial (its seeds) training side by side in
+            its placement group: this run's processes take their share of it.
     """
 
     config: Config
@@ -54,6 +56,7 @@ class RunContext:
     facts: EnvFacts
     plan: RoundPlan
     stored: Checkpoint | None = None
+    concurrent_runs: int = 1
 
     def learner_context(self, learner_index: int) -> LearnerContext:
         """What learner ``learner_index``'s process builds its learner from."""

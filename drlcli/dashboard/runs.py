@@ -6,9 +6,10 @@ with the checkpoints and videos beside it: ``model_<name>.pt``, ``model_<name>_b
 any ``.mp4``/``.webm`` whose name starts with ``<name>`` or ``model_<name>`` (all of a folder's
 videos when it holds one run). Runs of one config on other seeds form a group; so do the
 trials of a ``drl tune`` search (its folder holds ``search.yaml``: the trials under
-``trials/``, each named by its folder, and each re-trained candidate's seeds under
-``retrain/``). Nothing outside the given folders is ever reported: a file whose
-real path (symbolic links resolved) leaves them is skipped.
+``trials/``, each named by its folder; a trial of several seeds is a seed group of its own,
+one run per ``seed_<n>`` folder in it; each re-trained candidate's seeds under ``retrain/``).
+Nothing outside the given folders is ever reported: a file whose real path (symbolic links
+resolved) leaves them is skipped.
 
 CSVs are read by byte offset, complete lines only, so a row being written is read once it is
 whole, and a poll moves only the new rows. A file that shrank or whose header changed (a run
@@ -34,6 +35,8 @@ SEARCH_FILE = "search.yaml"  # in a drl tune search's folder
 SEARCH_RESULTS = "results.csv"  # ... its trials' results, once the search ended
 # Never walk into these (virtual environments, caches, VCS data).
 _SKIPPED_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".pytest_cache"}
+# In a search's trial folder: Ray Tune's checkpoints, which hold copies of the trial's CSVs.
+_TUNE_CHECKPOINT = re.compile(r"checkpoint_\d+")
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,22 @@ def grouping(
     results read so far (a cache for one listing)."""
     search = directory.parent.parent
     kind = directory.parent.name
+    seed_of_trial = (
+        directory.name.startswith("seed_")
+        and directory.parent.parent.name == "trials"
+        and (directory.parents[2] / SEARCH_FILE).is_file()
+    )
+    if seed_of_trial:  # trials/<trial>/seed_<n>: one seed of a trial of several
+        search, trial = directory.parents[2], directory.parent.name
+        if search not in results:
+            results[search] = _search_results(search / SEARCH_RESULTS)
+        row = results[search].get(trial)
+        return Grouping(
+            f"{trial} {directory.name}",
+            f"search {search.name}: {trial}",
+            note="" if row is None else _trial_note(row),
+            values={} if row is None else _trial_values(row),
+        )
     if kind not in ("trials", "retrain") or not (search / SEARCH_FILE).is_file():
         return Grouping(name, seed_group(name))
     trial = directory.name
@@ -109,12 +128,19 @@ def grouping(
     row = results[search].get(trial)
     if row is None:  # the search is still running
         return Grouping(trial, f"search {search.name}", "trials")
+    return Grouping(trial, f"search {search.name}", "trials", _trial_note(row), _trial_values(row))
+
+
+def _trial_values(row: dict[str, str]) -> dict[str, str]:
+    """A trial's searched values: its results row's columns between trial and objective."""
     columns = list(row)
-    values = {key: row[key] for key in columns[1 : columns.index("objective")]}
+    return {key: row[key] for key in columns[1 : columns.index("objective")]}
+
+
+def _trial_note(row: dict[str, str]) -> str:
+    """A trial's objective and state, from its results row."""
     objective = f"objective {float(row['objective']):.1f}" if row["objective"] else "no objective"
-    return Grouping(
-        trial, f"search {search.name}", "trials", f"{objective}, {row['state']}", values
-    )
+    return f"{objective}, {row['state']}"
 
 
 def _search_results(path: Path) -> dict[str, dict[str, str]]:
@@ -165,8 +191,13 @@ def find_runs(roots: list[Path]) -> list[Run]:
         if not root.is_dir():
             continue
         for folder, dirs, files in os.walk(root):
-            dirs[:] = sorted(d for d in dirs if d not in _SKIPPED_DIRS)
             directory = Path(folder)
+            in_trial = (directory.parent.parent / SEARCH_FILE).is_file()
+            dirs[:] = sorted(
+                d
+                for d in dirs
+                if d not in _SKIPPED_DIRS and not (in_trial and _TUNE_CHECKPOINT.fullmatch(d))
+            )
             csvs = [
                 directory / name
                 for name in sorted(files)

@@ -48,7 +48,10 @@ class OffPolicyRoundLoop:
         if self.off_policy is None:
             raise TypeError(f"{config.algo} declares no off_policy entry for OffPolicyRoundLoop")
         resources = process_resources(
-            topology, evaluator_has_own_process(config, type(self)), config.learner_threads
+            topology,
+            evaluator_has_own_process(config, type(self)),
+            config.learner_threads,
+            run.concurrent_runs,
         )
         restartable = restartable_actor_options(config.max_rollout_actor_restarts)
         started = self.processes.started

@@ -46,7 +46,11 @@ class PPORoundLoop:
         stored = run.stored
         self.config, self.topology = config, topology
         params = config.algo_params
-        resources = process_resources(topology, evaluator_has_own_process(config, type(self)))
+        resources = process_resources(
+            topology,
+            evaluator_has_own_process(config, type(self)),
+            concurrent_runs=run.concurrent_runs,
+        )
         stored_rms = None if stored is None else stored.resumed_obs_rms_state
         started = self.processes.started
         self.parameter_server = started(

@@ -156,7 +156,10 @@ def cpu_share(node_cpus: list[float], processes: int) -> float:
 
 
 def process_resources(
-    topology: TrainingTopology, evaluator_process: bool = True, learner_threads: int | None = None
+    topology: TrainingTopology,
+    evaluator_process: bool = True,
+    learner_threads: int | None = None,
+    concurrent_runs: int = 1,
 ) -> ProcessResources:
     """One GPU per CUDA learner; one CPU per rollout actor, per CPU learner and for the
     evaluator (its request is ``rollout_actor``'s; ``evaluator_process``: whether it has a
@@ -166,7 +169,9 @@ def process_resources(
 
     Inside a placement group (a ``drl tune`` trial: Ray Tune reserves each trial's resources as
     one), every process is placed in that group and the shares fit its bundles instead of the
-    nodes: a run never takes CPUs another trial reserved.
+    nodes: a run never takes CPUs another trial reserved. ``concurrent_runs`` equal runs (a
+    trial's seeds) share the group: the shares fit all of their processes, and the learners'
+    threads are this run's part of the trial's CPUs.
 
     ``learner_threads`` (config ``learner_threads``) sets each learner's torch threads; None
     gives the learners the cores this machine (a trial: its CPUs) has beside the run's other
@@ -196,7 +201,8 @@ def process_resources(
         ]
         placed, spread = {}, {"scheduling_strategy": "SPREAD"}
         machine_cpus = float(os.cpu_count() or 1)
-    share = cpu_share(node_cpus, cpu_processes)
+    share = cpu_share(node_cpus, cpu_processes * concurrent_runs)
+    machine_cpus /= concurrent_runs
     learner = {"num_gpus": 1.0} if cuda else {"num_cpus": share}
     return ProcessResources(
         learner={**learner, **placed},

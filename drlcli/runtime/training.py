@@ -91,6 +91,8 @@ class TrainOptions:
         stop_rules: judge each round's row once it is written (``StopRule``); the first that
             gives a reason ends the run there, with its final evaluation, as a finished run
             (``TrainingSummary.stopped_early``) that ``resume`` can continue.
+        concurrent_runs: runs training side by side in this process's placement group (the
+            seeds of a ``drl tune`` trial), each taking an equal share of it.
     """
 
     address: str | None = None
@@ -101,6 +103,7 @@ class TrainOptions:
     devices: AvailableDevices | None = None
     metrics_sinks: Sequence[MetricsSink] = ()
     stop_rules: Sequence[StopRule] = ()
+    concurrent_runs: int = 1
 
 
 def train(config: Config, **options: Any) -> TrainingSummary:
@@ -162,7 +165,9 @@ class TrainingRun:
             topology = resolve_for(config, _cluster_devices())
             check_learner_device(algorithm, config, actor, topology)
         evaluator_process = evaluator_has_own_process(config, algorithm.load_round_loop())
-        resources = process_resources(topology, evaluator_process)
+        resources = process_resources(
+            topology, evaluator_process, concurrent_runs=options.concurrent_runs
+        )
         if resources.cpu_share < 1.0:
             self.warn(
                 f"note: {resources.cluster_cpus:g} CPUs in the Ray cluster for "
@@ -177,7 +182,9 @@ class TrainingRun:
         )
         stack.callback(evaluator.close)
         loop = algorithm.load_round_loop()(
-            RunContext(config, topology, actor.spec, checked.facts, plan, stored)
+            RunContext(
+                config, topology, actor.spec, checked.facts, plan, stored, options.concurrent_runs
+            )
         )
         stack.callback(loop.close)  # closed before the evaluator: it may host the evaluations
         # After the round loop's processes: a process of its own starts while the rounds train.

@@ -223,9 +223,10 @@ def run_search(
     folder.mkdir(parents=True, exist_ok=True)
     if not resume:
         write_search_file(plan, folder / SEARCH_FILE)
-    resources = trial_resources(plan.trial_config({}, folder, 0), settings)
+    one_run = plan.trial_config({}, folder, 0)
     trainable = tune.with_resources(
-        tune.with_parameters(run_trial, plan=plan, experiment_folder=searched), resources
+        tune.with_parameters(run_trial, plan=plan, experiment_folder=searched),
+        trial_resources(one_run, settings, settings.seeds_per_trial),
     )
     with ray_session(address, num_cpus=os.cpu_count() or 1):
         # Trial numbers from 1: Optuna's searcher counts from 1, the random one from 0.
@@ -275,6 +276,7 @@ def run_search(
                 f"no trial of the search finished an evaluation; see {results_csv} and the "
                 f"trials' logs under {folder / 'trials'}"
             )
+        resources = trial_resources(one_run, settings)  # one seed per re-training trial
         candidates = _retrain(plan, ranked[: settings.retrain_top], folder, resources, quiet)
     winner_values = candidates[0].values if candidates else ranked[0][2]
     winner_yaml = folder / "winner.yaml"

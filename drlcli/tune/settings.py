@@ -9,6 +9,7 @@ from typing import Any
 from drlcli.config import Config, build_section
 from drlcli.config_fields import in_range, one_of, positive
 from drlcli.errors import ConfigError
+from drlcli.seed_statistics import default_aggregate
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,13 @@ class SearchSettings:
     objective_evaluations: int = field(default=3, metadata=positive())
     """The objective: the mean return of a trial's last this many evaluations (its final one
     included), not of one noisy evaluation; unset, at most ``evaluations_per_trial``."""
+    seeds_per_trial: int = field(default=1, metadata=positive())
+    """Seeds each trial trains its values on, side by side in the trial's CPUs: the config's
+    env.seed and the next ones. The objective is then ``objective_aggregate`` over the seeds
+    of each seed's objective, at each evaluation point once every seed reached it."""
+    objective_aggregate: str | None = field(default=None, metadata=one_of("iqm", "mean", "median"))
+    """How the seeds' objectives make the trial's: iqm (the interquartile mean), mean or
+    median; null: iqm from 4 seeds, else mean."""
     searcher: str = field(default="optuna", metadata=one_of("optuna", "random"))
     """optuna: Optuna's TPE sampler; random: independent uniform draws (the default, and the
     only one, under population-based training, which samples its population at once)."""
@@ -80,12 +88,23 @@ def parse_search_settings(raw: Any, config: Config, where: str = "search") -> Se
                 settings.objective_evaluations, settings.evaluations_per_trial
             ),
         )
+    if settings.objective_aggregate is None:
+        settings = dataclasses.replace(
+            settings, objective_aggregate=default_aggregate(settings.seeds_per_trial)
+        )
     if settings.retrain_top and not settings.retrain_seeds:
         raise ConfigError(f"{where}.retrain_seeds: give seeds to re-train on, or retrain_top: 0")
-    if config.env.seed in settings.retrain_seeds:
+    searched = search_seeds(config.env.seed, settings.seeds_per_trial)
+    seen = [seed for seed in settings.retrain_seeds if seed in searched]
+    if seen:
+        which = (
+            "the config's env.seed"
+            if len(searched) == 1
+            else f"one of the seeds the trials train on ({searched[0]}-{searched[-1]})"
+        )
         raise ConfigError(
-            f"{where}.retrain_seeds: {config.env.seed} is the config's env.seed, which the "
-            "search trains on; re-training must use seeds the search never saw"
+            f"{where}.retrain_seeds: {seen[0]} is {which}, which the search trains on; "
+            "re-training must use seeds the search never saw"
         )
     if len(set(settings.retrain_seeds)) != len(settings.retrain_seeds):
         raise ConfigError(f"{where}.retrain_seeds: a seed is repeated")
@@ -95,3 +114,8 @@ def parse_search_settings(raw: Any, config: Config, where: str = "search") -> Se
             f"evaluations_per_trial ({settings.evaluations_per_trial})"
         )
     return settings
+
+
+def search_seeds(first: int, count: int) -> tuple[int, ...]:
+    """The seeds every trial trains on: ``first`` (the config's env.seed) and the next ones."""
+    return tuple(range(first, first + count))

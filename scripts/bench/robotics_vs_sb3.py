@@ -8,15 +8,17 @@ Run it in a robotics set's environment with Stable-Baselines3 added (``make test
 builds them; then ``.venv-robotics-dmc/bin/pip install -c constraints-robotics-dmc.txt
 stable-baselines3``). Both sides: PPO with SB3's defaults (one environment, 2048 steps per
 update, 10 epochs of minibatches of 64, Adam 3e-4 without annealing, clip 0.2, GAE 0.95,
-gamma 0.99, no entropy bonus, value coefficient 0.5, gradient norm 0.5, separate 64x64 tanh
-policy and value networks, log-std 0), observations and rewards standardised by running
+gamma 0.99, no entropy bonus, gradient norm 0.5, separate 64x64 tanh policy and value networks,
+log-std 0), and the same weight of the value loss: SB3's ``vf_coef * MSE`` with its 0.5 is drl's
+``vf_coef * 0.5 * MSE`` (CleanRL's form) with 1.0, observations and rewards standardised by running
 statistics clipped at 10 (SB3's ``VecNormalize``); a Dict observation flattened in sorted key
 order on both sides. Each run is then evaluated on the same number of deterministic episodes
 (its own seeds), with the task's success where it reports one. ``--privileged`` trains drl twice
 instead: a policy that reads part of the observation, with a critic that reads the same part
 (symmetric) or everything (privileged).
 
-Prints one line per run and, per side, the median over seeds; ``--json FILE`` appends each run.
+Prints one line per run and, per side, the median over seeds; ``--json FILE`` appends each run;
+``--sides drl`` (or ``sb3``) trains one side only.
 """
 
 from __future__ import annotations
@@ -70,6 +72,8 @@ TASKS: dict[str, tuple[str, dict[str, Any], str, str | None, str, str]] = {
     ),
 }
 ROLLOUT, MINIBATCH, EPOCHS, LEARNING_RATE = 2048, 64, 10, 3e-4
+SB3_VF_COEF = 0.5  # SB3's default, on the mean squared error
+DRL_VF_COEF = 2 * SB3_VF_COEF  # drl's value loss is half the mean squared error
 
 
 def drl_config(task: str, seed: int, steps: int, episodes: int, output: Path, keys: str) -> str:
@@ -83,7 +87,8 @@ def drl_config(task: str, seed: int, steps: int, episodes: int, output: Path, ke
         f"evaluation: {{episodes: {episodes}}}\noutput_dir: {output}\n"
         f"algo_params: {{learning_rate: {LEARNING_RATE}, anneal_learning_rate: false, "
         f"num_epochs: {EPOCHS}, num_minibatches: {ROLLOUT // MINIBATCH}, hidden_sizes: [64, 64], "
-        "activation: tanh, ent_coef: 0.0, vf_coef: 0.5, max_grad_norm: 0.5, clip_coef: 0.2, "
+        f"activation: tanh, ent_coef: 0.0, vf_coef: {DRL_VF_COEF}, max_grad_norm: 0.5, "
+        "clip_coef: 0.2, "
         "normalize_observations: true, normalize_rewards: true}\n"
     )
 
@@ -139,6 +144,7 @@ def run_sb3(task: str, seed: int, steps: int, episodes: int) -> dict:
         n_steps=ROLLOUT,
         batch_size=MINIBATCH,
         n_epochs=EPOCHS,
+        vf_coef=SB3_VF_COEF,
         seed=seed,
         device="cpu",
         policy_kwargs={"net_arch": {"pi": [64, 64], "vf": [64, 64]}},
@@ -178,6 +184,7 @@ def main() -> int:
     parser.add_argument("--episodes", type=int, default=10)
     parser.add_argument("--folder", type=Path, default=Path("output/robotics_vs_sb3"))
     parser.add_argument("--privileged", action="store_true", help="symmetric vs privileged")
+    parser.add_argument("--sides", nargs="+", choices=["drl", "sb3"], default=["drl", "sb3"])
     parser.add_argument("--json", type=Path, help="append each run's result to this file")
     args = parser.parse_args()
     os.environ.setdefault("MUJOCO_GL", "egl")
@@ -196,7 +203,14 @@ def main() -> int:
             ),
         }
         if args.privileged
-        else {"drl": drl("drl"), "sb3": lambda seed: run_sb3(args.task, seed, *common[1:])}
+        else {
+            side: run
+            for side, run in (
+                ("drl", drl("drl")),
+                ("sb3", lambda seed: run_sb3(args.task, seed, *common[1:])),
+            )
+            if side in args.sides
+        }
     )
     results: dict[str, list[dict]] = {side: [] for side in sides}
     for seed in args.seeds:
