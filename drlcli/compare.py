@@ -345,3 +345,33 @@ def write_json(reports: Sequence[GroupReport], path: Path, resamples: int = RESA
         path.write_text(text)
     except OSError as error:
         raise UsageError(f"{path}: cannot write the JSON: {error.strerror or error}") from None
+
+
+def group_statistics(runs: Sequence[Run]) -> dict[str, dict[str, Any]]:
+    """For the dashboard's runs table: per seed group of ``runs`` with at least 2 runs that
+    have a deterministic evaluation, the IQM of their final evaluations and its 95% bootstrap
+    interval (runs still training count their latest periodic evaluation; runs with none, or
+    unreadable, are left out, as are a search's trials)."""
+    by_group: dict[str, list[SeedRun]] = {}
+    for run in runs:
+        if run.group_kind != "seeds":
+            continue
+        try:
+            seed_run = _read_run(run)
+        except UsageError:
+            continue
+        by_group.setdefault(run.group, []).append(seed_run)
+    statistics = {}
+    for group, members in by_group.items():
+        if len(members) < 2:
+            continue
+        finals = [member.final_return for member in members]
+        interval = bootstrap_interval([finals], "iqm")
+        statistics[group] = {
+            "runs": len(members),
+            "iqm": float(aggregate(finals, "iqm")),
+            "low": interval.low,
+            "high": interval.high,
+            "final": all(member.final_source == FINAL_EVALUATION for member in members),
+        }
+    return statistics

@@ -141,3 +141,38 @@ def improvement_interval(
     samples = [np.asarray(better, dtype=np.float64), np.asarray(worse, dtype=np.float64)]
     low, high = _bootstrap(samples, probability_of_improvement, confidence, resamples)
     return Interval(low, high, "probability of improvement", confidence)
+
+
+def mean_intervals(
+    points: Sequence[Sequence[float]],
+    confidence: float = CONFIDENCE,
+    resamples: int = 2_000,
+) -> tuple[list[float | None], list[float | None]]:
+    """Per point of a curve (the seeds' values there), the percentile bootstrap interval of
+    their mean: ``(low, high)`` lists, None where a point has fewer than 2 values. Points with
+    the same number of values are resampled together (one vectorised ``scipy.stats.bootstrap``
+    call per count), each with the same seeded stream."""
+    from scipy.stats import bootstrap
+
+    low: list[float | None] = [None] * len(points)
+    high: list[float | None] = [None] * len(points)
+    by_count: dict[int, list[int]] = {}
+    for index, values in enumerate(points):
+        if len(values) >= 2:
+            by_count.setdefault(len(values), []).append(index)
+    for indices in by_count.values():
+        matrix = np.asarray([points[index] for index in indices], dtype=np.float64)
+        result = bootstrap(
+            (matrix,),
+            np.mean,
+            n_resamples=resamples,
+            confidence_level=confidence,
+            method="percentile",
+            vectorized=True,
+            axis=-1,
+            rng=np.random.default_rng(BOOTSTRAP_SEED),
+        )
+        interval = result.confidence_interval
+        for row, index in enumerate(indices):
+            low[index], high[index] = float(interval.low[row]), float(interval.high[row])
+    return low, high

@@ -59,6 +59,7 @@ def served(tmp_path):
         except urllib.error.HTTPError as error:
             return error.code, error.read(), dict(error.headers)
 
+    get.url = server.url
     yield root, get
     server.shutdown()
     server.server_close()
@@ -349,3 +350,53 @@ def test_find_runs_skips_virtual_environments(tmp_path):
     write_run(tmp_path / ".venv" / "lib", "hidden", 1)
     write_run(tmp_path / "out", "shown", 1)
     assert [run.name for run in find_runs([tmp_path])] == ["shown"]
+
+
+def post_json(get, path: str, body: bytes):
+    """POST ``body`` to the server of ``get``; (status, JSON)."""
+    request = urllib.request.Request(get.url.rstrip("/") + path, data=body, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def test_seed_bands_and_group_intervals_come_from_scipys_bootstrap(served):
+    """POST /api/intervals: per point, the bootstrap interval of the seeds' mean (None below 2
+    values); GET /api/groups: per seed group of the runs asked for, the IQM of their final
+    evaluations and its interval, as drl compare computes them."""
+    from drlcli.seed_statistics import bootstrap_interval, mean_intervals
+
+    root, get = served
+    points = [[0.0, 0.0, 0.0, 10.0], [5.0], [1.0, 2.0, 3.0]]
+    status, body = post_json(get, "/api/intervals", json.dumps({"points": points}).encode())
+    assert status == 200
+    assert body == {"low": [0.0, None, 1.0], "high": [7.5, None, 3.0]}
+    assert (body["low"], body["high"]) == tuple(mean_intervals(points))
+    for bad in (b"", b"not json", b'{"points": [["a"]]}', b'{"points": [[NaN, 1]]}', b"{}"):
+        status, body = post_json(get, "/api/intervals", bad)
+        assert status == 400 and "error" in body
+    assert post_json(get, "/api/elsewhere", b"{}")[0] == 404
+
+    finals = {0: 100.0, 1: 140.0, 2: 90.0}
+    evaluated = metric_columns(PPO, evaluation=True)
+    for name, value in [*((f"hop_seed{seed}", v) for seed, v in finals.items()), ("one", 5.0)]:
+        writer = MetricsWriter(root / f"metrics_{name}.csv", evaluated)
+        writer.write(row(1))
+        writer.write(row(2, eval_return_mean=value, eval_env_steps=256))
+        writer.close()
+    runs = runs_by_name(get)
+    asked = ",".join(runs[name]["id"] for name in ("hop_seed0", "hop_seed1", "hop_seed2", "one"))
+    status, body = get_json(get, f"/api/groups?runs={asked}")
+    interval = bootstrap_interval([list(finals.values())], "iqm")
+    assert status == 200 and body["groups"] == {  # "one" is a group of one: no interval
+        "hop": {
+            "runs": 3,
+            "iqm": pytest.approx(110.0),  # 3 seeds: nothing cut, the mean
+            "low": interval.low,
+            "high": interval.high,
+            "final": False,  # no checkpoint yet: the latest periodic evaluations
+        }
+    }
+    assert get_json(get, "/api/groups")[1] == {"groups": {}}

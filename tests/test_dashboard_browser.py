@@ -203,3 +203,71 @@ def test_a_run_whose_task_reports_success_gets_a_success_chart(tmp_path):
         page.close()
         server.shutdown()
         server.server_close()
+
+
+def test_a_seed_groups_band_can_be_the_bootstrap_interval_of_its_mean(tmp_path):
+    """Three seeds of one config (CSVs as drl train writes them): the band is the seeds'
+    min/max, or, chosen beside it, the 95% bootstrap interval of their mean as scipy computes
+    it (the server's /api/intervals); the runs table gives the group's IQM and interval."""
+    import csv
+    import io
+
+    from drlcli.algos.ppo.algorithm import PPO
+    from drlcli.metrics import metric_columns
+    from drlcli.seed_statistics import bootstrap_interval, mean_intervals
+
+    folder = tmp_path / "out"
+    folder.mkdir()
+    returns = {0: [1.0, 4.0, 9.0], 1: [2.0, 6.0, 7.0], 2: [0.0, 5.0, 14.0]}
+    for seed, values in returns.items():
+        writer = MetricsWriter(
+            folder / f"metrics_hop_seed{seed}.csv", metric_columns(PPO, evaluation=True)
+        )
+        for index, value in enumerate(values, start=1):
+            row = {"round": index, "env_steps": 100 * index, "wall_time_s": 1.0 * index}
+            row |= {"sps": 100.0, "episodes": 2, "episode_return_mean": value}
+            if index == 3:
+                row |= {"eval_return_mean": 10.0 * value, "eval_env_steps": 200}
+            writer.write(row)
+        writer.close()
+    server = start_dashboard([folder], port=0)
+    page = Page(server.url)
+
+    def drawn() -> list[dict[str, str]]:
+        text = json.loads(page.send('call chartCsv ["episode return"]', "CALLED "))
+        return list(csv.DictReader(io.StringIO(text)))
+
+    try:
+        page.line("READY ")
+        rows = drawn()
+        assert [float(row["hop (3 seeds) min"]) for row in rows if row["hop (3 seeds) min"]] == [
+            0.0,
+            4.0,
+            7.0,
+        ]
+        page.send("set band interval", "SET")
+        deadline = time.monotonic() + 60
+        while "hop (3 seeds) 95% low" not in rows[0] and time.monotonic() < deadline:
+            time.sleep(0.2)
+            rows = drawn()
+        by_step = [list(values) for values in zip(*returns.values(), strict=True)]
+        low, high = mean_intervals(by_step)
+        drawn_low = [float(row["hop (3 seeds) 95% low"]) for row in rows if row["hop (3 seeds)"]]
+        drawn_high = [float(row["hop (3 seeds) 95% high"]) for row in rows if row["hop (3 seeds)"]]
+        assert drawn_low == pytest.approx(low) and drawn_high == pytest.approx(high)
+        assert all(lo < high_ for lo, high_ in zip(drawn_low, drawn_high, strict=True))
+        deadline = time.monotonic() + 60
+        while True:
+            table = json.loads(page.send("call table", "CALLED "))
+            if "group IQM [95% interval]" in table["columns"] or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        column = table["columns"].index("group IQM [95% interval]")
+        finals = [10.0 * values[-1] for values in returns.values()]  # 90, 70, 140
+        interval = bootstrap_interval([finals], "iqm")
+        expected = f"100 [{interval.low:.4g}, {interval.high:.4g}]"
+        assert {row[column] for row in table["rows"]} == {expected}
+    finally:
+        page.close()
+        server.shutdown()
+        server.server_close()

@@ -7,16 +7,22 @@
                                            CSV rows after a byte offset (all, on a reset)
     GET /api/runs/<id>/details             config, actor semantics, drl verify audit, returns
     GET /api/runs/<id>/video/<name>        a video beside the run (byte ranges supported)
+    GET /api/groups?runs=<id>,<id>...      per seed group of those runs: the IQM of their final
+                                           evaluations and its 95% bootstrap interval
+    POST /api/intervals {"points": [[...]]}
+                                           per point of a curve, the 95% bootstrap interval of
+                                           the seeds' mean (the page's seed-group bands)
 
 Only files found under the given folders (real paths) and the page's own assets are served; a
-malformed CSV is an error for that run (HTTP 422 with a message), never for the server. Standard
-library only: the dashboard runs wherever drl does.
+malformed CSV is an error for that run (HTTP 422 with a message), never for the server. The
+standard library's HTTP server, and scipy's bootstrap for the intervals.
 """
 
 from __future__ import annotations
 
 import errno
 import json
+import math
 import mimetypes
 import threading
 import time
@@ -32,6 +38,7 @@ from drlcli.errors import UsageError
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 DEFAULT_PORT = 6007
 RUN_LIST_SECONDS = 1.0  # a rescan of the folders at most this often
+MAX_BODY_BYTES = 8 << 20  # an intervals request: a curve's points, never this large
 NOT_BUILT = (
     "<!doctype html><title>drl dashboard</title><p>The dashboard page is not built. Run "
     "<code>make setup</code>, or <code>cd web &amp;&amp; npm ci &amp;&amp; npm run build</code>, "
@@ -150,6 +157,19 @@ class DashboardHandler(BaseHTTPRequestHandler):
     def do_HEAD(self) -> None:  # noqa: N802
         self.do_GET()
 
+    def do_POST(self) -> None:  # noqa: N802
+        try:
+            if urlsplit(self.path).path != "/api/intervals":
+                self._json({"error": "not found"}, HTTPStatus.NOT_FOUND)
+                return
+            self._intervals()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        except Exception as error:  # never let one request stop the server
+            self._json(
+                {"error": f"{type(error).__name__}: {error}"}, HTTPStatus.INTERNAL_SERVER_ERROR
+            )
+
     def do_GET(self) -> None:  # noqa: N802
         try:
             self._route()
@@ -182,6 +202,12 @@ class DashboardHandler(BaseHTTPRequestHandler):
                     "runs": [run.describe() for run in runs.values()],
                 }
             )
+        elif parts == ["api", "groups"]:
+            wanted = [i for i in parse_qs(url.query).get("runs", [""])[0].split(",") if i]
+            runs = [run for identifier in wanted if (run := index.get(identifier)) is not None]
+            from drlcli.compare import group_statistics
+
+            self._json({"groups": group_statistics(runs)})
         elif len(parts) >= 4 and parts[:2] == ["api", "runs"]:
             run = index.get(parts[2])
             if run is None:
@@ -215,6 +241,29 @@ class DashboardHandler(BaseHTTPRequestHandler):
             self._json({"error": f"{run.name}: {error.strerror}"}, HTTPStatus.NOT_FOUND)
             return
         self._json(chunk.to_json())
+
+    def _intervals(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        if not 0 < length <= MAX_BODY_BYTES:
+            self._json({"error": "a JSON body of points is needed"}, HTTPStatus.BAD_REQUEST)
+            return
+        try:
+            points = json.loads(self.rfile.read(length))["points"]
+            if not all(
+                isinstance(values, list)
+                and all(isinstance(v, int | float) and math.isfinite(v) for v in values)
+                for values in points
+            ):
+                raise ValueError
+        except (ValueError, KeyError, TypeError):
+            self._json(
+                {"error": 'expected {"points": [[number, ...], ...]}'}, HTTPStatus.BAD_REQUEST
+            )
+            return
+        from drlcli.seed_statistics import mean_intervals
+
+        low, high = mean_intervals(points)
+        self._json({"low": low, "high": high})
 
     def _page(self) -> None:
         page = STATIC_DIR / "index.html"

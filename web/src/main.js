@@ -2,7 +2,7 @@
 import uPlot from "uplot";
 import {
   averagesAsSeeds, differingKeys, downsampleMinMax, emaSmooth, flattenConfig, groupRuns, groupStats,
-  groupTitle, latestAndBest, plottableColumns, sortRows, tickLabels, toCsv, valueLabel,
+  groupTitle, intervalLabel, latestAndBest, plottableColumns, sortRows, tickLabels, toCsv, valueLabel,
 } from "./series.js";
 
 const POLL_MS = 1000;
@@ -29,7 +29,10 @@ const state = {
   summaries: new Map(),     // id -> {summary, fetched}: /api/runs/<id>/summary
   sort: { column: "best evaluation", descending: true },
   table: [],                // the runs table's rows as shown (tests read it)
+  intervals: new Map(),     // a band's seed values (JSON) -> {low, high}, or "pending"
+  groups: { key: "", stats: {}, fetched: 0 },  // /api/groups for the runs shown
 };
+const MAX_INTERVALS = 400;  // bands kept; the oldest go first
 const $ = (id) => document.getElementById(id);
 
 function colorOf(index) { return PALETTE[index % PALETTE.length]; }
@@ -81,6 +84,7 @@ async function pollSelected() {
     const selected = state.runs.filter((r) => state.selected.has(r.id));
     await Promise.all(selected.map(pollRun));
     await Promise.all(selected.map(fetchSummary));
+    await fetchGroups(selected);
   } finally {
     state.polling = false;
   }
@@ -98,6 +102,45 @@ async function fetchSummary(run) {
   } catch (error) {
     state.summaries.set(run.id, { summary: { config: null, checkpoint_error: error.message }, fetched: Date.now() });
   }
+}
+
+// The seed groups' IQM and interval of the runs shown (the runs table), at most every
+// SUMMARY_MS or when the runs shown change.
+async function fetchGroups(runs) {
+  const key = runs.map((r) => r.id).join(",");
+  if (key === state.groups.key && Date.now() - state.groups.fetched < SUMMARY_MS) return;
+  try {
+    const { groups } = await getJson(`/api/groups?runs=${encodeURIComponent(key)}`);
+    const changed = JSON.stringify(groups) !== JSON.stringify(state.groups.stats);
+    state.groups = { key, stats: groups, fetched: Date.now() };
+    if (changed) state.dirty = true;
+  } catch (error) {
+    state.groups = { key, stats: {}, fetched: Date.now() };
+  }
+}
+
+// The 95% bootstrap interval of the seeds' mean at each point of a band (the server computes
+// it with scipy): {low, high} once known; null while it is asked for, then the page redraws.
+function meanIntervals(values) {
+  const key = JSON.stringify(values);
+  const known = state.intervals.get(key);
+  if (known && known !== "pending") return known;
+  if (!known) {
+    state.intervals.set(key, "pending");
+    fetch("/api/intervals", { method: "POST", body: JSON.stringify({ points: values }),
+      headers: { "Content-Type": "application/json" } })
+      .then((response) => response.json().then((body) => {
+        if (!response.ok) throw new Error(body.error || `${response.status}`);
+        state.intervals.set(key, body);
+        while (state.intervals.size > MAX_INTERVALS) state.intervals.delete(state.intervals.keys().next().value);
+        render();
+      }))
+      .catch((error) => {
+        state.intervals.delete(key);
+        $("status").textContent = `seed band: ${error.message}`;
+      });
+  }
+  return null;
 }
 
 function column(run, name) {
@@ -200,8 +243,15 @@ function lines(yName, loName, hiName, options = {}) {
     if (series.length === 0) continue;
     if (grouping && averagesAsSeeds(series.map((s) => s.run))) {
       const stats = groupStats(series.map((s) => ({ xs: s.xs, ys: emaSmooth(s.ys, weight) })));
-      result.push({ label: `${group} (${series.length} seeds)${suffix}`, color: series[0].run.color,
-        xs: stats.xs, ys: stats.mean, lo: stats.min, hi: stats.max, dash: options.dash });
+      const line = { label: `${group} (${series.length} seeds)${suffix}`, color: series[0].run.color,
+        xs: stats.xs, ys: stats.mean, lo: stats.min, hi: stats.max, dash: options.dash,
+        edges: ["min", "max"] };
+      if ($("band").value === "interval") {
+        const interval = meanIntervals(stats.values);
+        Object.assign(line, { lo: interval && interval.low, hi: interval && interval.high,
+          edges: ["95% low", "95% high"] });
+      }
+      result.push(line);
       continue;
     }
     for (const s of series) {
@@ -223,7 +273,7 @@ function chart(target, title, drawn, log, height = 300, small = false) {
   for (const line of drawn) {
     const ys = [line.ys];
     if (line.lo && line.hi) ys.push(line.lo, line.hi);
-    const cleaned = ys.map((y) => y.map((v) => (log && !(v > 0) ? null : v)));
+    const cleaned = ys.map((y) => y.map((v) => (v === null || (log && !(v > 0)) ? null : v)));
     const ordered = line.xs.map((x, i) => [x, i]).filter(([x]) => x !== null).sort((a, b) => a[0] - b[0]);
     const xs = ordered.map(([x]) => x);
     const aligned = cleaned.map((y) => ordered.map(([, i]) => y[i]));
@@ -233,7 +283,7 @@ function chart(target, title, drawn, log, height = 300, small = false) {
       dash: line.dash ? [6, 4] : undefined, points: { show: line.xs.length < 60 },
       value: (u, v) => valueLabel(v) });
     if (line.lo && line.hi) {
-      for (const edge of ["min", "max"]) {
+      for (const edge of line.edges || ["min", "max"]) {
         series.push({ label: `${line.label} ${edge}`, stroke: "transparent", spanGaps: true,
           bandEdge: true, value: (u, v) => valueLabel(v) });
       }
@@ -351,12 +401,15 @@ function renderTable() {
     const row = {
       run: run.name, algo: config.algo || "", env: (config.env && config.env.id) || "",
       "latest evaluation": evaluation.latest, "best evaluation": evaluation.best,
+      "group IQM [95% interval]": intervalLabel(state.groups.stats[run.group]),
       "env steps": steps, "wall time (s)": wall === null ? null : Math.round(wall),
     };
     for (const key of keys) row[key] = key in flats[i] ? JSON.parse(flats[i][key]) : null;
     return row;
   });
-  const columns = ["run", "algo", "env", ...keys, "latest evaluation", "best evaluation", "env steps", "wall time (s)"];
+  const columns = ["run", "algo", "env", ...keys, "latest evaluation", "best evaluation",
+    ...(rows.some((row) => row["group IQM [95% interval]"]) ? ["group IQM [95% interval]"] : []),
+    "env steps", "wall time (s)"];
   const sorted = sortRows(rows, columns.includes(state.sort.column) ? state.sort.column : "run", state.sort.descending);
   state.table = sorted.map((row) => columns.map((c) => row[c]));
   const table = $("runs-table");
@@ -433,7 +486,7 @@ async function showRun(run) {
 }
 
 function bindControls() {
-  for (const id of ["x-axis", "metric", "log-scale", "group-seeds"]) {
+  for (const id of ["x-axis", "metric", "log-scale", "group-seeds", "band"]) {
     $(id).addEventListener("change", () => { state.dirty = true; render(); });
   }
   $("smoothing").addEventListener("input", () => {

@@ -45,7 +45,8 @@ export function downsampleMinMax(xs, ys, maxPoints) {
 }
 
 /** Seeds of one group on a common x axis: for every x any seed has, the mean, min and max of
- * the seeds that have a value there. series: [{xs, ys}] with xs ascending. */
+ * the seeds that have a value there, and those values (for their bootstrap interval).
+ * series: [{xs, ys}] with xs ascending. */
 export function groupStats(series) {
   const byX = new Map();
   for (const { xs, ys } of series) {
@@ -60,13 +61,22 @@ export function groupStats(series) {
   const mean = [];
   const min = [];
   const max = [];
+  const values = [];
   for (const x of xs) {
-    const values = byX.get(x);
-    mean.push(values.reduce((a, b) => a + b, 0) / values.length);
-    min.push(Math.min(...values));
-    max.push(Math.max(...values));
+    const here = byX.get(x);
+    mean.push(here.reduce((a, b) => a + b, 0) / here.length);
+    min.push(Math.min(...here));
+    max.push(Math.max(...here));
+    values.push(here);
   }
-  return { xs, mean, min, max };
+  return { xs, mean, min, max, values };
+}
+
+/** A group's IQM and interval as the runs table shows it: "3258 [2769, 3430]". */
+export function intervalLabel(stats) {
+  if (!stats) return null;
+  const figure = (v) => (Math.abs(v) >= 1000 ? v.toFixed(0) : Number(v.toPrecision(4)).toString());
+  return `${figure(stats.iqm)} [${figure(stats.low)}, ${figure(stats.high)}]`;
 }
 
 /** The runs' groups: runs sharing a group name (their seeds) together, in first-seen order. */

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import {
   averagesAsSeeds, differingKeys, downsampleMinMax, emaSmooth, groupRuns, groupStats, groupTitle,
-  latestAndBest, sortRows, tickLabels, toCsv, valueLabel,
+  intervalLabel, latestAndBest, sortRows, tickLabels, toCsv, valueLabel,
 } from "../src/series.js";
 
 test("debiased EMA: the first value is kept, then values are averaged", () => {
@@ -32,6 +32,7 @@ test("seed groups: mean, min and max on the union of x", () => {
   ]);
   assert.deepEqual(stats.xs, [1, 2, 3]);
   assert.deepEqual(stats.mean, [2, 4, 7]);
+  assert.deepEqual(stats.values, [[1, 3], [3, 5], [7]]); // what a point's interval resamples
   assert.deepEqual(stats.min, [1, 3, 7]);
   assert.deepEqual(stats.max, [3, 5, 7]);
   const groups = groupRuns([
@@ -94,4 +95,10 @@ test("a value under the cursor keeps four significant digits at any size", () =>
   assert.equal(valueLabel(1234567), "1.235e+6");
   assert.equal(valueLabel(null), "--");
   assert.equal(valueLabel(Number.NaN), "--");
+});
+
+test("a group's IQM and interval as the runs table shows it", () => {
+  assert.equal(intervalLabel({ iqm: 3257.8, low: 2768.9, high: 3430.2 }), "3258 [2769, 3430]");
+  assert.equal(intervalLabel({ iqm: -0.34003, low: -0.3456, high: -0.33 }), "-0.34 [-0.3456, -0.33]");
+  assert.equal(intervalLabel(undefined), null);
 });
