@@ -693,3 +693,20 @@ def test_an_exploit_takes_each_seed_of_the_other_trial(tmp_path, checkpoint_file
     shutil.rmtree(stored / "seed_4")
     with pytest.raises(TrainingError, match="has no seed_4 to resume from"):
         restore_trial(stored, "trial_001", trial_folder, files, {"gamma": 0.9})
+
+
+@pytest.mark.parametrize(
+    "space", sorted((Path(__file__).parent.parent / "examples" / "tune").glob("*.yaml"))
+)
+def test_every_example_space_file_plans_against_the_preset_its_comment_names(space):
+    """Each examples/tune file's comment gives its command, drl tune PRESET FILE: that plan
+    reads and checks (the file and the preset together)."""
+    import re
+
+    from drlcli.preset_catalog import find_preset
+    from drlcli.tune.runner import prepare_search
+
+    command = re.search(r"drl tune (\w+) (examples/tune/\S+\.yaml)", space.read_text())
+    assert command and command.group(2) == f"examples/tune/{space.name}", space
+    plan = prepare_search(find_preset(command.group(1)).path, space)
+    assert plan.settings.trials >= 1 and plan.env_steps >= 1
