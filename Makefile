@@ -12,10 +12,16 @@ export MUJOCO_GL ?= egl
 setup: $(VENV)/.installed $(PAGE)
 
 # constraints.txt pins the tested versions (torch==2.13.0 among them); pyproject.toml has ranges.
-$(VENV)/.installed: pyproject.toml constraints.txt examples/twin_encoder_actor/pyproject.toml
+# drl itself: what drl train, play, export, verify, compare and dashboard need (make demo).
+$(VENV)/.installed-drl: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e .
+	touch $@
+
+# Then the dev extra (the test tools, drl tune's Ray Tune and Optuna, the metrics sinks) and
+# the downstream-package example, which the tests train through Ray.
+$(VENV)/.installed: $(VENV)/.installed-drl examples/twin_encoder_actor/pyproject.toml
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
-	# The downstream-package example: the tests train it through Ray.
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e examples/twin_encoder_actor
 	touch $@
 
@@ -27,7 +33,8 @@ $(PAGE): web/package.json web/package-lock.json web/build.mjs $(wildcard web/src
 		echo "warning: npm not found: the dashboard page is not built (drl dashboard serves the API only)"; \
 	fi
 
-demo: setup
+# The short training run on the embedded default: drl alone, no dev tools, no page build.
+demo: $(VENV)/.installed-drl
 	$(BIN)/drl train quickstart
 
 # Two pytest-xdist workers, each with its own Ray session when its tests need one

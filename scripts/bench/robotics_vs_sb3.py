@@ -179,6 +179,13 @@ def run_sb3(task: str, seed: int, steps: int, episodes: int) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("task", choices=sorted(TASKS))
+    parser.add_argument(
+        "--summarize",
+        type=Path,
+        metavar="JSONL",
+        help="train nothing: summarise the task's runs in this --json file (latest per side "
+        "and seed)",
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=300_000)
     parser.add_argument("--episodes", type=int, default=10)
@@ -187,6 +194,17 @@ def main() -> int:
     parser.add_argument("--sides", nargs="+", choices=["drl", "sb3"], default=["drl", "sb3"])
     parser.add_argument("--json", type=Path, help="append each run's result to this file")
     args = parser.parse_args()
+    if args.summarize is not None:
+        latest: dict[tuple[str, int], dict] = {}
+        for line in args.summarize.read_text().splitlines():
+            run = json.loads(line)
+            if run["task"] == args.task:
+                latest[(run["side"], run["seed"])] = run
+        by_side: dict[str, list[dict]] = {}
+        for (side, _), run in sorted(latest.items()):
+            by_side.setdefault(side, []).append(run)
+        summarize(by_side)
+        return 0
     os.environ.setdefault("MUJOCO_GL", "egl")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     _, _, _, _, policy, critic = TASKS[args.task]
@@ -222,16 +240,41 @@ def main() -> int:
             if args.json is not None:
                 with open(args.json, "a") as file:
                     file.write(json.dumps(result) + "\n")
+    summarize(results)
+    return 0
+
+
+def summarize(results: dict[str, list[dict]]) -> None:
+    """Per side: the median, the IQM with its 95% bootstrap interval (from 2 seeds), the
+    median success and training time; then the chance a seed of the first side beats one of
+    the second (drlcli.seed_statistics)."""
+    from drlcli.seed_statistics import (
+        bootstrap_interval,
+        improvement_interval,
+        interquartile_mean,
+        probability_of_improvement,
+    )
+
     for side, rows in results.items():
-        median = statistics.median(r["return"] for r in rows)
+        returns = [r["return"] for r in rows]
+        interval = f" {bootstrap_interval([returns])}" if len(returns) > 1 else ""
         rates = [r["success_rate"] for r in rows if r["success_rate"] is not None]
         rate = f", success {statistics.median(rates):.0%}" if rates else ""
         seconds = statistics.median(r["train_s"] for r in rows)
         print(
-            f"{args.task} {side}: median return {median:.1f}{rate}, training {seconds:.0f} s "
-            f"(seeds {args.seeds}, {args.steps} steps, {args.episodes} episodes)"
+            f"{rows[0]['task']} {side}: median return {statistics.median(returns):.1f}, IQM "
+            f"{float(interquartile_mean(returns)):.1f}{interval}{rate}, training {seconds:.0f} s "
+            f"(seeds {[r['seed'] for r in rows]}, {rows[0]['steps']} steps)"
         )
-    return 0
+    if len(results) == 2 and all(len(rows) > 1 for rows in results.values()):
+        (first, better), (second, worse) = (
+            (side, [r["return"] for r in rows]) for side, rows in results.items()
+        )
+        chance = improvement_interval(better, worse)
+        print(
+            f"P({first} beats {second} on a seed) "
+            f"{float(probability_of_improvement(better, worse)):.2f} {chance}"
+        )
 
 
 if __name__ == "__main__":
