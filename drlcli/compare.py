@@ -99,8 +99,9 @@ class GroupReport:
 
 def find_seed_runs(paths: Sequence[Path]) -> list[SeedRun]:
     """The runs that ``paths`` name: a folder (every run under it), a metrics CSV or a
-    checkpoint (the run it belongs to). A search's trials, which differ by more than a seed,
-    are left out; its re-trained candidates are groups.
+    checkpoint (the run it belongs to). A search's trials of one seed each, which differ by
+    more than a seed, are left out; a trial of several seeds is a group, and so is each
+    re-trained candidate.
 
     Raises:
         UsageError: a path that does not exist or holds no run, or a run without any

@@ -89,7 +89,7 @@ def reports_of(seeds: int, **settings) -> tuple[TrialReports, list[dict]]:
     """A trial's reports of ``seeds`` seeds, without Ray or files (no checkpoint to carry)."""
     sent: list[dict] = []
     files = [
-        TrialFiles(seed, f"seed_{seed}", Path("/nowhere/model.pt"), Path("b"), Path("m"))
+        TrialFiles(f"seed_{seed}", Path("/nowhere/model.pt"), Path("b"), Path("m"))
         for seed in range(seeds)
     ]
     settings = parse_search_settings(
@@ -670,7 +670,6 @@ def test_an_exploit_takes_each_seed_of_the_other_trial(tmp_path, checkpoint_file
         (folder / "metrics_trial.csv").write_text("round,env_steps\n1,0\n2,0\n")
         files.append(
             TrialFiles(
-                seed,
                 f"seed_{seed}",
                 folder / "model_trial.pt",
                 folder / "model_trial_best.pt",

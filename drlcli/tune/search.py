@@ -256,7 +256,6 @@ class TrialFiles:
     """One seed's files that travel in its trial's Ray Tune checkpoints (``part``: its folder
     inside them; "" when the trial trains one seed)."""
 
-    seed: int
     part: str
     checkpoint: Path  # the latest
     best: Path
@@ -415,7 +414,6 @@ def run_trial(
         configs.append(config)
         files.append(
             TrialFiles(
-                seed,
                 part,
                 config.checkpoint_path,
                 config.best_checkpoint_path,
