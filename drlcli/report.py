@@ -303,6 +303,8 @@ def render_comparison(reports: Any, console: Console) -> None:
     """``drl compare``'s table: per group of seeds, the median and IQM of its final
     deterministic evaluations, the IQM's 95% bootstrap interval, and the probability that a run
     of the group beats one of the first group's; each run's figure below."""
+    from drlcli.seed_statistics import figure
+
     if not reports:
         return
     reference = reports[0].group
@@ -319,8 +321,8 @@ def render_comparison(reports: Any, console: Console) -> None:
         row = [
             escape(report.group),
             str(len(report.runs)),
-            _figure(report.median),
-            f"{_figure(report.iqm)} [{_figure(interval.low)}, {_figure(interval.high)}]",
+            figure(report.median),
+            f"{figure(report.iqm)} [{figure(interval.low)}, {figure(interval.high)}]",
         ]
         if report.improvement is not None:
             value, chance = report.improvement
@@ -335,7 +337,7 @@ def render_comparison(reports: Any, console: Console) -> None:
             highlight=False,
         )
     for report in reports:  # below the table: it stays narrow
-        finals = " / ".join(_figure(run.final_return) for run in report.runs)
+        finals = " / ".join(figure(run.final_return) for run in report.runs)
         seeds = [run.seed for run in report.runs]
         on_seeds = "" if None in seeds else f" (seeds {', '.join(map(str, seeds))})"
         task = f" on {report.task}" if report.task else ""
@@ -345,9 +347,3 @@ def render_comparison(reports: Any, console: Console) -> None:
             "a run without a final evaluation in its checkpoint counts its last periodic one",
             style="yellow",
         )
-
-
-def _figure(value: float) -> str:
-    """A return as the comparison shows it: whole numbers from 1000, else 4 significant
-    digits."""
-    return f"{value:.0f}" if abs(value) >= 1000 else f"{value:.4g}"

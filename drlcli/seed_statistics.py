@@ -22,6 +22,11 @@ RESAMPLES = 10_000
 BOOTSTRAP_SEED = 0  # the resampling's stream: the same figures on every run of a report
 
 
+def figure(value: float) -> str:
+    """A return as reports print it: whole numbers from 1000, else 4 significant digits."""
+    return f"{value:.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+
+
 def interquartile_mean(values: Sequence[float] | np.ndarray, axis: int = -1) -> np.ndarray:
     """The mean of the middle half: ``scipy.stats.trim_mean(values, 0.25)``, rliable's IQM
     (``floor(n / 4)`` values cut at each end; below 4 values, the mean)."""
@@ -64,7 +69,7 @@ class Interval:
     confidence: float = CONFIDENCE
 
     def __str__(self) -> str:
-        return f"[{self.low:.1f}, {self.high:.1f}]"
+        return f"[{figure(self.low)}, {figure(self.high)}]"
 
 
 def _bootstrap(

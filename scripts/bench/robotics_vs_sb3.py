@@ -250,6 +250,7 @@ def summarize(results: dict[str, list[dict]]) -> None:
     the second (drlcli.seed_statistics)."""
     from drlcli.seed_statistics import (
         bootstrap_interval,
+        figure,
         improvement_interval,
         interquartile_mean,
         probability_of_improvement,
@@ -262,8 +263,9 @@ def summarize(results: dict[str, list[dict]]) -> None:
         rate = f", success {statistics.median(rates):.0%}" if rates else ""
         seconds = statistics.median(r["train_s"] for r in rows)
         print(
-            f"{rows[0]['task']} {side}: median return {statistics.median(returns):.1f}, IQM "
-            f"{float(interquartile_mean(returns)):.1f}{interval}{rate}, training {seconds:.0f} s "
+            f"{rows[0]['task']} {side}: median return {figure(statistics.median(returns))}, IQM "
+            f"{figure(float(interquartile_mean(returns)))}{interval}{rate}, "
+            f"training {seconds:.0f} s "
             f"(seeds {[r['seed'] for r in rows]}, {rows[0]['steps']} steps)"
         )
     if len(results) == 2 and all(len(rows) > 1 for rows in results.values()):
@@ -273,7 +275,8 @@ def summarize(results: dict[str, list[dict]]) -> None:
         chance = improvement_interval(better, worse)
         print(
             f"P({first} beats {second} on a seed) "
-            f"{float(probability_of_improvement(better, worse)):.2f} {chance}"
+            f"{float(probability_of_improvement(better, worse)):.2f} "
+            f"[{chance.low:.2f}, {chance.high:.2f}]"
         )
 
 
