@@ -184,7 +184,13 @@ def test_wandb_offline_gets_the_config_metrics_by_env_step_and_a_resumed_run(tmp
     resumed = WandbSink(config, resumed=True)  # the same W&B run goes on
     resumed.write({"round": 3, "env_steps": 768, "episode_return_mean": 20.0, "Loss/value": 0.1})
     resumed.close()
+    # W&B's service process may still be writing the resumed run's file as finish returns (a
+    # CI run under load once read it without round 3): read until the row is there, 30 s at most.
+    deadline = time.monotonic() + 30
     stored, history, summary, ids = wandb_run(tmp_path)
+    while len(history.get("round", [])) < 3 and time.monotonic() < deadline:
+        time.sleep(0.2)
+        stored, history, summary, ids = wandb_run(tmp_path)
     assert stored["env"]["id"] == "InvertedPendulum-v5" and stored["name"] == "pendulum"
     assert history["round"] == [(256, 1), (512, 2), (768, 3)]
     assert history["episode_return_mean"] == [(512, 12.0), (768, 20.0)]
