@@ -36,7 +36,7 @@ _state = {"debug": False}
 T = TypeVar("T")
 
 
-def _run(action: Callable[[], T]) -> T:
+def _run_command(action: Callable[[], T]) -> T:
     """Run a command body; a DrlError becomes one line on stderr and its exit code."""
     try:
         return action()
@@ -273,7 +273,7 @@ def train(
             if server is not None:
                 server.shutdown()
 
-    _run(body)
+    _run_command(body)
 
 
 def _config_or_preset(path: Path) -> Path:
@@ -328,7 +328,7 @@ def presets(context: typer.Context) -> None:
             )
         stdout.print(table)
 
-    _run(body)
+    _run_command(body)
 
 
 @presets_app.command("show")
@@ -346,7 +346,7 @@ def presets_show(
             raise UsageError(f"no preset {name!r}; the presets are: {preset_names()}")
         sys.stdout.write(preset.text)
 
-    _run(body)
+    _run_command(body)
 
 
 @app.command(epilog=_examples("play"))
@@ -394,7 +394,8 @@ def play(
     def body() -> None:
         from drlcli.actors.memory import describe_memory
         from drlcli.errors import UsageError
-        from drlcli.play import load_play_actor, play_in_window, record_video, run_episodes
+        from drlcli.evaluation import run_episodes
+        from drlcli.play import load_play_actor, play_in_window, record_video
         from drlcli.report import render_episodes
 
         if render and video is not None:
@@ -425,7 +426,7 @@ def play(
             highlight=False,
         )
 
-    _run(body)
+    _run_command(body)
 
 
 @app.command(epilog=_examples("export"))
@@ -457,12 +458,12 @@ def export(
         render_export(summary, stdout)
         _add_to_run(checkpoint, output, "mlflow")
 
-    _run(body)
+    _run_command(body)
 
 
 def _checkpoint_config(checkpoint: Path) -> Any:
     """The config a checkpoint stores, or None (an older or foreign one)."""
-    from drlcli.checkpoint import load_payload
+    from drlcli.checkpoints.files import load_payload
     from drlcli.config import config_from_dict
 
     try:
@@ -524,7 +525,7 @@ def verify(
         if report.failed:
             raise typer.Exit(1)
 
-    _run(body)
+    _run_command(body)
 
 
 @app.command(epilog=_examples("compare"))
@@ -569,7 +570,7 @@ def compare(
         if json_path is not None:
             write_json(reports, json_path)
 
-    _run(body)
+    _run_command(body)
 
 
 @app.command(epilog=_examples("dashboard"))
@@ -611,7 +612,7 @@ def dashboard(
         finally:
             server.shutdown()
 
-    _run(body)
+    _run_command(body)
 
 
 @app.command(epilog=_examples("tune"))
@@ -692,7 +693,7 @@ def tune(
             raise typer.Exit(stopped.exit_code) from None
         render_search_summary(summary, stdout)
 
-    _run(body)
+    _run_command(body)
 
 
 @app.command()
@@ -722,7 +723,7 @@ def doctor() -> None:
         if not diagnosis.problems:
             stdout.print("no problem found: drl train and drl play --video can run here")
 
-    _run(body)
+    _run_command(body)
 
 
 def _announce_dashboard(server: Any, host: str, built: bool) -> None:

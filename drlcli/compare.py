@@ -150,7 +150,7 @@ def _read_run(run: Run) -> SeedRun:
                 returns.append(float(row[at_return]))
     final, source, final_steps, task, seed = None, LAST_PERIODIC, None, None, None
     if run.checkpoint is not None:
-        from drlcli.checkpoint import read_checkpoint
+        from drlcli.checkpoints.files import read_checkpoint
 
         try:
             checkpoint = read_checkpoint(run.checkpoint)

@@ -6,7 +6,6 @@ flat ``Box`` or a ``Dict`` of ``Box`` parts (read as one flat vector, ``drlcli.o
 
 from __future__ import annotations
 
-import dataclasses
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,51 +14,11 @@ from typing import Any
 import numpy as np
 
 from drlcli.config import EnvConfig
+from drlcli.env_facts import EnvFacts
 from drlcli.env_wrappers import apply_wrappers
 from drlcli.errors import EnvironmentSpecError, TrainingError
-from drlcli.observations import ObservationGroups, ObservationLayout, flat_observation_env
+from drlcli.observations import flat_observation_env
 from drlcli.success import ANY_STEP, EpisodeSuccess
-
-
-@dataclass(frozen=True)
-class EnvFacts:
-    """What the rest of drl needs to know about an environment's spaces.
-
-    ``obs_dim`` is the width of the vectors the environment returns. With observation groups
-    (a privileged critic) those are the training vectors: the policy reads ``policy_dim`` of
-    them and the critic ``critic_dim``; ``policy_facts()`` is the task as the policy sees it
-    (what checkpoints record and play, evaluation and export make).
-    """
-
-    env_id: str
-    obs_dim: int
-    action_dim: int
-    action_low: np.ndarray  # [action_dim] float64
-    action_high: np.ndarray  # [action_dim] float64
-    observation_layout: ObservationLayout | None = None  # the parts named; None: a flat Box
-    observation_groups: ObservationGroups | None = None  # None: policy and critic read it all
-
-    @property
-    def policy_dim(self) -> int:
-        groups = self.observation_groups
-        return self.obs_dim if groups is None else groups.policy_dim
-
-    @property
-    def critic_dim(self) -> int:
-        groups = self.observation_groups
-        return self.obs_dim if groups is None else groups.critic_dim
-
-    def policy_facts(self) -> EnvFacts:
-        """The spaces as the policy sees them: without groups, these facts themselves."""
-        groups = self.observation_groups
-        if groups is None:
-            return self
-        return dataclasses.replace(
-            self,
-            obs_dim=groups.policy_dim,
-            observation_layout=groups.policy_layout,
-            observation_groups=None,
-        )
 
 
 def env_module(env_id: str) -> str | None:

@@ -1,4 +1,5 @@
-"""Loading a policy for play, evaluation and export: ``load_play_actor`` and ``run_episodes``.
+"""``drl play``: ``load_play_actor`` (also what ``drl export`` and the learning benchmark load),
+a window or a video of the policy's episodes (``evaluation.run_episodes``).
 
 ``load_play_actor`` reads a checkpoint safely, validates its actor_semantics against the
 environment it will run in and against the rebuilt actor, and only then loads the weights.
@@ -12,50 +13,24 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from drlcli.actors.contract import declared_inference_memory
-from drlcli.actors.semantics import actor_semantics
 from drlcli.actors.spec import ActorSpec, build_policy_actor
 from drlcli.algos.registry import actor_kind
-from drlcli.audit import read_verified_checkpoint
-from drlcli.checkpoint import (
-    Checkpoint,
-    check_fits,
-    validate_actor_semantics,
-)
-from drlcli.envs import EnvFacts, env_facts, env_module, make_env
+from drlcli.checkpoints.checks import check_fits, validate_actor_semantics
+from drlcli.checkpoints.record import Checkpoint
+from drlcli.checkpoints.semantics import actor_semantics
+from drlcli.checkpoints.verified import read_verified_checkpoint
+from drlcli.env_facts import EnvFacts
+from drlcli.envs import env_facts, env_module, make_env
 from drlcli.errors import CheckpointError, EnvironmentSpecError, SemanticsError, UsageError
-from drlcli.normalization import RmsState, normalize_observation
+from drlcli.evaluation import EpisodeResult, FrozenPolicy, run_episodes
+from drlcli.normalization import RmsState
 from drlcli.observations import describe_layout
-from drlcli.success import ANY_STEP, FINAL_STEP, EpisodeSuccess
+from drlcli.success import ANY_STEP, FINAL_STEP
 
 # The views of --camera besides a model camera's name (view_from).
 CAMERA_FOLLOW, CAMERA_FIXED = "follow", "fixed"
-
-
-@dataclass
-class FrozenPolicy:
-    """A policy actor with frozen observation statistics: what play and evaluation run.
-
-    Attributes:
-        actor: the policy actor, weights loaded, in eval mode.
-        obs_rms: frozen observation statistics (None: observations are used raw).
-        observation_clip: clip of normalised observations.
-    """
-
-    actor: torch.nn.Module
-    obs_rms: RmsState | None
-    observation_clip: float
-
-    def act(self, obs: np.ndarray, deterministic: bool = True, dones: Any = None) -> np.ndarray:
-        """Env actions ``[B, action_dim]`` float32 for raw observations ``[B, obs_dim]``."""
-        normalized = normalize_observation(obs, self.obs_rms, self.observation_clip)
-        with torch.no_grad():
-            actions = self.actor.explore(
-                torch.from_numpy(normalized), dones=dones, deterministic=deterministic
-            )
-        return actions.numpy().astype(np.float32)
 
 
 @dataclass
@@ -253,63 +228,6 @@ def _success_settings(checkpoint: Checkpoint) -> tuple[str | None, str]:
     env = env if isinstance(env, dict) else {}
     key, when = env.get("success_key"), env.get("success_when", ANY_STEP)
     return (key if isinstance(key, str) else None), (when if when == FINAL_STEP else ANY_STEP)
-
-
-@dataclass(frozen=True)
-class EpisodeResult:
-    episode_return: float
-    length: int
-    success: bool | None = None  # None: the task did not report success (drlcli.success)
-
-
-def run_episodes(
-    policy: FrozenPolicy | PlayPolicy,
-    episodes: int,
-    seed: int,
-    deterministic: bool = True,
-    env: Any = None,
-    on_frame: Callable[[Any], None] | None = None,
-    success: tuple[str | None, str] | None = None,
-) -> list[EpisodeResult]:
-    """Run ``episodes`` full episodes; episode ``i`` is reset with ``seed + i``.
-
-    Args:
-        env: an environment to use (e.g. with a render mode); default: a fresh one (a
-            ``PlayPolicy``'s own; a ``FrozenPolicy`` needs ``env``).
-        on_frame: called with the env after every reset and step (rendering, recording).
-        success: ``(env.success_key, env.success_when)`` that judge each episode's success;
-            default: a ``PlayPolicy``'s training config's, else the defaults.
-    """
-    own_env = env is None
-    if env is None:
-        env = policy.make_env()
-    if success is None:
-        success = getattr(policy, "success", (None, ANY_STEP))
-    outcome = EpisodeSuccess(1, *success)
-    results = []
-    try:
-        for index in range(episodes):
-            obs, _ = env.reset(seed=seed + index)
-            done = np.ones(1, dtype=bool)
-            if on_frame is not None:
-                on_frame(env)
-            episode_return, length = 0.0, 0
-            while True:
-                action = policy.act(obs[None], deterministic, dones=torch.from_numpy(done))[0]
-                obs, reward, terminated, truncated, info = env.step(action)
-                outcome.step(0, info)
-                done[:] = False
-                episode_return += float(reward)
-                length += 1
-                if on_frame is not None:
-                    on_frame(env)
-                if terminated or truncated:
-                    break
-            results.append(EpisodeResult(episode_return, length, outcome.finish(0)))
-    finally:
-        if own_env:
-            env.close()
-    return results
 
 
 def has_display() -> bool:

@@ -79,8 +79,9 @@ def run_preset(name: str, rounds: int, output_dir: Path) -> dict[str, Any]:
     """Train ``rounds`` rounds of preset ``name``; what a refactor must leave unchanged."""
     from rich.console import Console
 
-    from drlcli.checkpoint import read_checkpoint
-    from drlcli.metrics import TIME_COLUMNS, read_metrics
+    from drlcli.checkpoints.files import read_checkpoint
+    from drlcli.metrics.csv_file import read_metrics
+    from drlcli.metrics.schema import TIME_COLUMNS
     from drlcli.preset_catalog import find_preset
     from drlcli.runtime.training import train
 

@@ -118,10 +118,10 @@ def ppo_checkpoint_payload():
     import numpy as np
 
     from drlcli.actors.contract import declared_inference_memory
-    from drlcli.actors.semantics import actor_semantics
     from drlcli.algos.ppo.algorithm import PPO, gaussian_actor_spec
     from drlcli.algos.ppo.learner import Learner
-    from drlcli.checkpoint import RunProgress
+    from drlcli.checkpoints.record import RunProgress
+    from drlcli.checkpoints.semantics import actor_semantics
     from drlcli.config import config_from_dict
     from drlcli.envs import env_facts, make_env
     from drlcli.runtime.checkpointing import build_checkpoint
@@ -148,7 +148,7 @@ def checkpoint_file(tmp_path: Path, ppo_checkpoint_payload):
     """Save a (deep-copied, optionally modified) payload and return its path."""
     import copy
 
-    from drlcli.checkpoint import save_payload
+    from drlcli.checkpoints.files import save_payload
 
     def make(modify=None, name: str = "model.pt") -> Path:
         payload = copy.deepcopy(ppo_checkpoint_payload)

@@ -18,7 +18,8 @@ from drlcli.actors.contract import declared_inference_memory
 from drlcli.algos.flash_sac.algorithm import FLASH_SAC, flash_sac_actor_spec
 from drlcli.algos.flash_sac.learner import FlashSACLearner
 from drlcli.algos.flash_sac.params import FlashSACParams
-from drlcli.checkpoint import RunProgress, write_checkpoint
+from drlcli.checkpoints.files import write_checkpoint
+from drlcli.checkpoints.record import RunProgress
 from drlcli.config import config_from_dict
 from drlcli.envs import env_facts, make_env
 from drlcli.export import export_onnx
@@ -80,7 +81,7 @@ def test_exploration_training_play_and_onnx_agree_on_the_action(bounds, tmp_path
         default_name="ranged",
     )
     facts = env_facts(make_env(ENV_ID, **env_kwargs))
-    from drlcli.actors.semantics import actor_semantics
+    from drlcli.checkpoints.semantics import actor_semantics
 
     probed = ProbedActor(
         spec,

@@ -12,7 +12,6 @@ import torch
 from drlcli.actors.contract import declared_inference_memory
 from drlcli.actors.gaussian import GaussianPolicyActor, build_gaussian_actor
 from drlcli.actors.memory import describe_memory, format_bytes, tensor_bytes
-from drlcli.actors.semantics import builtin_tensor_shapes
 from drlcli.actors.spec import ActorSpec, build_policy_actor
 from drlcli.algos.flash_sac.actor import (
     LOG_STD_MAX,
@@ -20,6 +19,7 @@ from drlcli.algos.flash_sac.actor import (
     FlashSACActor,
     truncated_zeta_pmf,
 )
+from drlcli.checkpoints.semantics import builtin_tensor_shapes
 from drlcli.errors import PolicyActorContractError
 
 LOW64, HIGH64 = np.array([-1.0, -2.0]), np.array([1.0, 2.0])  # float64, as numpy makes them

@@ -10,7 +10,8 @@ import time
 import pytest
 import torch
 
-from drlcli.checkpoint import load_payload, save_payload, validate_actor_semantics
+from drlcli.checkpoints.checks import validate_actor_semantics
+from drlcli.checkpoints.files import load_payload, save_payload
 from drlcli.errors import CheckpointError, SemanticsError
 
 
@@ -277,7 +278,7 @@ def test_resume_refuses_other_env_kwargs(tmp_path, checkpoint_file):
 
 
 def test_resume_refuses_other_value_network_widths(tmp_path, checkpoint_file):
-    from drlcli.checkpoint import EnvRecord
+    from drlcli.checkpoints.record import EnvRecord
     from drlcli.config import load_config
     from drlcli.errors import ConfigError
     from drlcli.runtime.preflight import load_for_resume
@@ -378,9 +379,9 @@ MOMENTS = {"mean": torch.zeros(1, dtype=torch.float64), "var": torch.ones(1), "c
     "modify", [_reward_scalers([MOMENTS, None]), _rollout_actor_reward_scaler(MOMENTS)]
 )
 def test_resume_accepts_reward_moments_of_either_format(tmp_path, checkpoint_file, modify):
-    from drlcli.algos.ppo.rollout_actor import rollout_actor_states
-    from drlcli.checkpoint import EnvRecord
+    from drlcli.checkpoints.record import EnvRecord
     from drlcli.config import load_config
+    from drlcli.runtime.mujoco_actor import rollout_actor_states
     from drlcli.runtime.preflight import load_for_resume
 
     config_path = tmp_path / "fixture.yaml"
@@ -393,7 +394,7 @@ def test_resume_accepts_reward_moments_of_either_format(tmp_path, checkpoint_fil
 
 
 def test_format_1_reward_moments_go_back_into_their_rollout_actors_states():
-    from drlcli.algos.ppo.rollout_actor import rollout_actor_states
+    from drlcli.runtime.mujoco_actor import rollout_actor_states
 
     first, second = {"envs": 1, "torch_rng": 2}, {"envs": 3, "torch_rng": 4}
     assert rollout_actor_states({"actor": {}}) is None
@@ -441,7 +442,7 @@ def test_format_1_reward_moments_go_back_into_their_rollout_actors_states():
 )
 def test_every_field_drl_writes_is_required(checkpoint_file, remove, message):
     """Format version 1 has always carried these fields: a file without one is not drl's."""
-    from drlcli.checkpoint import read_checkpoint
+    from drlcli.checkpoints.files import read_checkpoint
 
     path = checkpoint_file(remove)
     with pytest.raises(CheckpointError) as error:
@@ -453,7 +454,7 @@ def test_a_checkpoint_without_evaluation_reads_and_one_without_content_hash_is_r
     checkpoint_file, tmp_path
 ):
     from drlcli.audit import audit_checkpoint
-    from drlcli.checkpoint import CONTENT_HASH, read_checkpoint
+    from drlcli.checkpoints.files import CONTENT_HASH, read_checkpoint
 
     def mid_run(payload):
         payload["evaluation"] = None  # a checkpoint of a round, not the end of a run
@@ -491,7 +492,7 @@ def test_changed_bytes_are_reported_as_corruption_never_read_silently(checkpoint
     import random
 
     from drlcli.audit import audit_checkpoint
-    from drlcli.checkpoint import CONTENT_HASH, content_hash, read_checkpoint
+    from drlcli.checkpoints.files import CONTENT_HASH, content_hash, read_checkpoint
 
     def contents_hash(payload):
         return content_hash({k: v for k, v in payload.items() if k != CONTENT_HASH})
@@ -523,7 +524,7 @@ def test_changed_bytes_are_reported_as_corruption_never_read_silently(checkpoint
 
 
 def test_the_content_hash_covers_scalars_empty_tensors_and_every_dtype():
-    from drlcli.checkpoint import content_hash
+    from drlcli.checkpoints.files import content_hash
 
     payload = {
         "step": torch.tensor(3.0),  # 0-dim, as Adam's step counters are

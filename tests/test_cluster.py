@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from drlcli.metrics import read_metrics
+from drlcli.metrics.csv_file import read_metrics
 
 pytestmark = [pytest.mark.ray, pytest.mark.subprocess]  # clusters of its own, started by `ray`
 RAY = Path(sys.executable).parent / "ray"

@@ -17,7 +17,8 @@ from drlcli.audit import audit_checkpoint
 from drlcli.dashboard.runs import find_runs, read_rows, seed_group
 from drlcli.dashboard.server import start_dashboard
 from drlcli.errors import UsageError
-from drlcli.metrics import MetricsWriter, metric_columns
+from drlcli.metrics.csv_file import MetricsWriter
+from drlcli.metrics.schema import metric_columns
 
 COLUMNS = metric_columns(PPO)
 

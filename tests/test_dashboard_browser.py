@@ -16,7 +16,7 @@ import pytest
 
 from drlcli.config import load_config
 from drlcli.dashboard.server import page_is_built, start_dashboard
-from drlcli.metrics import MetricsWriter, read_metrics
+from drlcli.metrics.csv_file import MetricsWriter, read_metrics
 from drlcli.runtime.training import train
 from drlcli.topology import AvailableDevices
 
@@ -171,7 +171,7 @@ def test_a_run_whose_task_reports_success_gets_a_success_chart(tmp_path):
     """A run's CSV with success columns (as a task reporting success writes it): the training
     rate and the evaluations' are drawn in the success chart, apart from the metric grid."""
     from drlcli.algos.ppo.algorithm import PPO
-    from drlcli.metrics import metric_columns
+    from drlcli.metrics.schema import metric_columns
 
     folder = tmp_path / "out"
     folder.mkdir()
@@ -213,7 +213,7 @@ def test_a_seed_groups_band_can_be_the_bootstrap_interval_of_its_mean(tmp_path):
     import io
 
     from drlcli.algos.ppo.algorithm import PPO
-    from drlcli.metrics import metric_columns
+    from drlcli.metrics.schema import metric_columns
     from drlcli.seed_statistics import bootstrap_interval, mean_intervals
 
     folder = tmp_path / "out"

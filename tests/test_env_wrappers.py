@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from drlcli.checkpoint import read_checkpoint
+from drlcli.checkpoints.files import read_checkpoint
 from drlcli.cli import app
 from drlcli.config import EnvWrapperConfig, load_config
 from drlcli.env_wrappers import apply_wrappers
@@ -101,8 +101,9 @@ STACKED_YAML = (
 
 @pytest.mark.usefixtures("ray_cluster")
 def test_a_wrapped_task_trains_plays_exports_and_refuses_other_wrappers_on_resume(tmp_path):
+    from drlcli.evaluation import run_episodes
     from drlcli.export import export_onnx
-    from drlcli.play import load_play_actor, run_episodes
+    from drlcli.play import load_play_actor
     from drlcli.runtime.training import train
     from drlcli.topology import AvailableDevices
 

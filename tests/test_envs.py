@@ -91,7 +91,7 @@ def test_an_env_state_through_a_checkpoint_continues_the_episode_bit_for_bit(env
     import gymnasium
     import torch
 
-    from drlcli.checkpoint import _to_tensors
+    from drlcli.checkpoints.record import _to_tensors
     from drlcli.env_state import env_state, load_env_state
 
     original = gymnasium.make(env_id, max_episode_steps=60, **kwargs)

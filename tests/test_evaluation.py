@@ -10,10 +10,10 @@ from drlcli.algos.ppo.algorithm import gaussian_actor_spec
 from drlcli.algos.ppo.learner import Learner
 from drlcli.algos.ppo.params import PPOParams
 from drlcli.audit import audit_checkpoint
-from drlcli.checkpoint import read_checkpoint
+from drlcli.checkpoints.files import read_checkpoint
 from drlcli.config import EnvConfig, config_from_dict, load_config
 from drlcli.evaluation import EVALUATION_SEED_OFFSET, PolicyEvaluator
-from drlcli.metrics import read_metrics
+from drlcli.metrics.csv_file import read_metrics
 from drlcli.runtime.training import train
 from drlcli.topology import AvailableDevices
 from tests.range_envs import SLOW_EVALUATION_ENV_ID

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from drlcli.cli import app
 from drlcli.config import load_config
-from drlcli.metrics import read_metrics
+from drlcli.metrics.csv_file import read_metrics
 from drlcli.runtime.training import train
 from drlcli.topology import AvailableDevices
 

@@ -18,10 +18,10 @@ import pytest
 import torch
 from rich.console import Console
 
-from drlcli.checkpoint import read_checkpoint
+from drlcli.checkpoints.files import read_checkpoint
 from drlcli.config import load_config
 from drlcli.errors import ConfigError, StorageError, TrainingError
-from drlcli.metrics import read_metrics
+from drlcli.metrics.csv_file import read_metrics
 from drlcli.runtime.restarts import RestartCounter
 from drlcli.runtime.training import train
 from drlcli.topology import AvailableDevices
@@ -438,7 +438,7 @@ def test_a_run_that_does_not_fit_in_memory_is_refused_before_anything_starts(
 
 
 def test_memory_needs_add_up_and_name_the_largest():
-    from drlcli.algos.algorithm import MemoryNeed
+    from drlcli.algos.entry_types import MemoryNeed
     from drlcli.runtime.memory_budget import check_memory
 
     needs = [MemoryNeed("a", 600, "field_a"), MemoryNeed("b", 500, "field_b")]

@@ -329,7 +329,7 @@ def test_an_env_stepper_process_does_not_import_torch():
     import sys
 
     code = (
-        "import sys; from drlcli.off_policy.env_stepper import EnvStepper; "
+        "import sys; from drlcli.runtime.env_stepper import EnvStepper; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')[:3])"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -464,8 +464,8 @@ def test_resume_check_calls_a_critic_that_is_not_tensors_damaged():
 def test_the_collector_runs_in_process_with_a_local_stepper_pool():
     """The algorithm's classes are plain Python: a round without Ray."""
     from drlcli.config import EnvConfig
-    from drlcli.off_policy.collector import LocalStepperPool, OffPolicyCollector
-    from drlcli.off_policy.env_stepper import EnvStepper
+    from drlcli.off_policy.collector import OffPolicyCollector
+    from drlcli.runtime.env_stepper import EnvStepper, LocalStepperPool
 
     env = EnvConfig(id="InvertedPendulum-v5", num_envs=2, seed=3)
     steppers = LocalStepperPool([EnvStepper(0, env), EnvStepper(1, env)], num_envs=2)
@@ -536,8 +536,8 @@ def test_the_collector_drops_the_transitions_of_a_restarted_stepper():
     """A stepper whose process was restarted reports its envs' step as lost: they are not
     stored as transitions, and their envs start new episodes (dones)."""
     from drlcli.config import EnvConfig
-    from drlcli.off_policy.collector import LocalStepperPool, OffPolicyCollector
-    from drlcli.off_policy.env_stepper import EnvStepper
+    from drlcli.off_policy.collector import OffPolicyCollector
+    from drlcli.runtime.env_stepper import EnvStepper, LocalStepperPool
 
     class RestartingPool(LocalStepperPool):
         calls = 0
@@ -844,9 +844,9 @@ def test_a_learner_process_builds_its_learner_from_the_context():
     the one the context describes, its cosine schedule over its share of the run's updates."""
     import math
 
-    from drlcli.algos.algorithm import LearnerContext
+    from drlcli.algos.entry_types import LearnerContext
     from drlcli.algos.flash_sac.algorithm import FLASH_SAC
-    from drlcli.envs import EnvFacts
+    from drlcli.env_facts import EnvFacts
 
     params = dataclasses.replace(SMALL, updates_per_env_step=0.5)
     spec = flash_sac_actor_spec(params, LOW, HIGH)

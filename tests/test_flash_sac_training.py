@@ -7,13 +7,13 @@ import torch
 
 from drlcli.actors.spec import ActorSpec
 from drlcli.audit import audit_checkpoint
-from drlcli.checkpoint import load_payload, read_checkpoint
+from drlcli.checkpoints.files import load_payload, read_checkpoint
 from drlcli.config import load_config
 from drlcli.errors import ConfigError, SemanticsError
-from drlcli.evaluation import PolicyEvaluator
+from drlcli.evaluation import PolicyEvaluator, run_episodes
 from drlcli.export import export_onnx
-from drlcli.metrics import read_metrics
-from drlcli.play import load_play_actor, run_episodes
+from drlcli.metrics.csv_file import read_metrics
+from drlcli.play import load_play_actor
 from drlcli.runtime.training import train
 from drlcli.topology import AvailableDevices
 from tests.conftest import copy_run_outputs

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from drlcli.checkpoint import save_payload
+from drlcli.checkpoints.files import save_payload
 from drlcli.cli import app
 
 SCALE = float(os.environ.get("DRL_FUZZ_EXAMPLES", "1"))
@@ -208,11 +208,11 @@ def load_like_the_processes(config_path: Path, checkpoint_path: Path) -> None:
     statistics and samples a round with them, the learner trains on it. A refusal is a
     ``DrlError`` (what the run prints in one line); anything else fails the test."""
     from drlcli.algos.ppo.learner import Learner
-    from drlcli.algos.ppo.rollout_actor import MuJoCoActor, rollout_actor_states
-    from drlcli.audit import read_verified_checkpoint
+    from drlcli.checkpoints.verified import read_verified_checkpoint
     from drlcli.config import load_config
     from drlcli.envs import env_facts, make_env
     from drlcli.errors import DrlError
+    from drlcli.runtime.mujoco_actor import MuJoCoActor, rollout_actor_states
     from drlcli.runtime.parameter_server import ParameterServer
     from drlcli.runtime.probe import probe_actor
 

@@ -1,4 +1,5 @@
-"""The metric schema, cross-learner aggregation and the metrics CSV (drlcli/metrics.py)."""
+"""The metric schema, cross-learner aggregation (drlcli/metrics/schema.py) and the metrics CSV
+(drlcli/metrics/csv_file.py)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,8 @@ import pytest
 from drlcli.algos.flash_sac.algorithm import FLASH_SAC
 from drlcli.algos.ppo.algorithm import PPO
 from drlcli.errors import TrainingError
-from drlcli.metrics import (
-    MetricsWriter,
-    average_metrics,
-    check_metric_names,
-    metric_columns,
-    read_metrics,
-)
+from drlcli.metrics.csv_file import MetricsWriter, read_metrics
+from drlcli.metrics.schema import average_metrics, check_metric_names, metric_columns
 
 COMMON = [
     "round",

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 import tests.dict_envs  # noqa: F401  (registers drltest/DictReach-v0)
 from drlcli.audit import audit_checkpoint
-from drlcli.checkpoint import read_checkpoint
+from drlcli.checkpoints.files import read_checkpoint
 from drlcli.cli import app
 from drlcli.config import load_config
 from drlcli.envs import env_facts, make_env
@@ -143,8 +143,9 @@ def dict_config(tmp_path, algo: str, extra_env: str = "", total: int = 160, name
 @pytest.mark.usefixtures("ray_cluster")
 @pytest.mark.parametrize("algo", ["ppo", "sac", "flash_sac"])
 def test_a_dict_task_trains_verifies_plays_and_exports(tmp_path, algo):
+    from drlcli.evaluation import run_episodes
     from drlcli.export import export_onnx
-    from drlcli.play import load_play_actor, run_episodes
+    from drlcli.play import load_play_actor
     from drlcli.runtime.training import train
     from drlcli.topology import AvailableDevices
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from drlcli.config import EnvConfig
-from drlcli.off_policy.collector import LocalStepperPool, OffPolicyCollector
-from drlcli.off_policy.env_stepper import EnvStepper
+from drlcli.off_policy.collector import OffPolicyCollector
+from drlcli.runtime.env_stepper import EnvStepper, LocalStepperPool
 
 
 @dataclasses.dataclass(frozen=True)

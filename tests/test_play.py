@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 
 from drlcli.cli import app
 from drlcli.errors import CheckpointError, SemanticsError, UsageError
-from drlcli.play import load_play_actor, play_in_window, record_video, run_episodes
+from drlcli.evaluation import run_episodes
+from drlcli.play import load_play_actor, play_in_window, record_video
 
 runner = CliRunner()
 

@@ -11,10 +11,10 @@ from torch import nn
 
 from drlcli.actors.contract import validate_on_policy_actor, validate_policy_actor
 from drlcli.actors.gaussian import GaussianPolicyActor, build_gaussian_actor
-from drlcli.actors.semantics import actor_semantics
 from drlcli.actors.spec import ActorSpec, build_policy_actor
 from drlcli.algos.flash_sac.actor import FlashSACActor
 from drlcli.algos.registry import actor_kind
+from drlcli.checkpoints.semantics import actor_semantics
 from drlcli.errors import PolicyActorContractError
 
 GAUSSIAN = "drlcli.actors.gaussian:build_gaussian_actor"

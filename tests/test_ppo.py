@@ -13,11 +13,11 @@ from drlcli.algos.ppo.algorithm import gaussian_actor_spec
 from drlcli.algos.ppo.buffer import ReplayBuffer
 from drlcli.algos.ppo.learner import Learner, approx_kl
 from drlcli.algos.ppo.params import PPOParams
-from drlcli.algos.ppo.rollout_actor import MuJoCoActor
 from drlcli.config import EnvConfig
 from drlcli.envs import EnvBatch
 from drlcli.errors import TrainingError
 from drlcli.normalization import RewardScaler, RmsState, normalize_observation
+from drlcli.runtime.mujoco_actor import MuJoCoActor
 
 PARAMS = PPOParams(num_epochs=2, num_minibatches=4, hidden_sizes=(16, 16))
 ENV = EnvConfig(id="InvertedPendulum-v5", num_envs=2, seed=5)
@@ -162,7 +162,7 @@ def test_train_step_reports_buffer_size_before_clearing(rollout_actor, learner):
 def test_a_learner_keeps_its_own_schedule_from_the_runs_plan(rollout_actor):
     """The learner, not the driver, knows where the run stands: a resumed run of 4 rounds of
     100 steps, 1 round done, anneals from 1/4 of the way, one round per train_step."""
-    from drlcli.algos.algorithm import RoundPlan
+    from drlcli.algos.entry_types import RoundPlan
 
     plan = RoundPlan(total_rounds=4, steps_per_round=100, start_round=1, start_env_steps=100)
     assert plan.planned_env_steps == 400

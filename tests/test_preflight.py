@@ -18,7 +18,7 @@ from drlcli.cli import app
 from drlcli.config import load_config
 from drlcli.errors import PolicyActorContractError
 from drlcli.runtime.preflight import preflight
-from drlcli.runtime.sinks import MetricsSinks
+from drlcli.sinks.dispatch import MetricsSinks
 from drlcli.topology import AvailableDevices
 from drlcli.tune.runner import by_objective
 

@@ -21,9 +21,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from drlcli.checkpoint import load_payload, read_checkpoint
+from drlcli.checkpoints.files import load_payload, read_checkpoint
 from drlcli.config import load_config
-from drlcli.metrics import read_metrics
+from drlcli.metrics.csv_file import read_metrics
 
 pytestmark = pytest.mark.subprocess
 

@@ -7,16 +7,12 @@ import dataclasses
 
 import pytest
 
-from drlcli.checkpoint import (
-    BEST_BY_EVALUATION,
-    BEST_BY_TRAINING_RETURN,
-    RunProgress,
-    read_checkpoint,
-)
+from drlcli.checkpoints.files import read_checkpoint
+from drlcli.checkpoints.record import BEST_BY_EVALUATION, BEST_BY_TRAINING_RETURN, RunProgress
 from drlcli.errors import StorageError
 from drlcli.evaluation import EvaluationResult
 from drlcli.runtime.checkpointing import BestCheckpoint, Checkpointing, replay_path
-from drlcli.runtime.sinks import MetricsSinks
+from drlcli.sinks.dispatch import MetricsSinks
 from drlcli.topology import AvailableDevices
 
 NO_GPU = AvailableDevices(cuda_devices=0, mps=False)
@@ -90,9 +86,9 @@ def _result(env_steps: int, mean: float) -> EvaluationResult:
 def run_parts(tmp_path, ppo_checkpoint_payload):
     """What ``Checkpointing`` needs, for a PPO run writing into tmp_path."""
     from drlcli.actors.contract import declared_inference_memory
-    from drlcli.actors.semantics import actor_semantics
     from drlcli.algos.ppo.algorithm import PPO, gaussian_actor_spec
     from drlcli.algos.ppo.learner import Learner
+    from drlcli.checkpoints.semantics import actor_semantics
     from drlcli.config import config_from_dict
     from drlcli.envs import env_facts, make_env
     from drlcli.runtime.probe import ProbedActor
@@ -237,7 +233,7 @@ def test_a_tie_or_no_return_never_replaces_the_best():
 
 
 def test_the_final_evaluation_reuses_the_one_in_flight_when_it_evaluated_the_final_weights():
-    from drlcli.runtime.evaluation import EvaluationRunner
+    from drlcli.runtime.evaluation_runner import EvaluationRunner
 
     def runner(in_flight):
         evaluations = object.__new__(EvaluationRunner)
@@ -273,7 +269,7 @@ def test_a_run_writes_every_row_to_an_extra_sink_and_survives_one_that_fails(
     from rich.console import Console
 
     from drlcli.config import load_config
-    from drlcli.metrics import read_metrics
+    from drlcli.metrics.csv_file import read_metrics
     from drlcli.runtime.training import train
 
     config = load_config(tiny_config("sinks", total=384))
@@ -319,7 +315,7 @@ def test_a_stop_rule_ends_a_run_as_finished_and_resume_goes_on(tiny_config, ray_
     from rich.console import Console
 
     from drlcli.config import load_config
-    from drlcli.metrics import read_metrics
+    from drlcli.metrics.csv_file import read_metrics
     from drlcli.runtime.training import train
 
     config = load_config(tiny_config("stop_rule", total=384))  # 3 rounds planned

@@ -302,10 +302,12 @@ def test_sac_trains_through_ray_to_a_verified_playable_exportable_checkpoint_and
     export; and a run stopped after round 2 and resumed with its replay buffer is the run
     trained straight through."""
     from drlcli.audit import audit_checkpoint
-    from drlcli.checkpoint import load_payload
+    from drlcli.checkpoints.files import load_payload
+    from drlcli.evaluation import run_episodes
     from drlcli.export import export_onnx
-    from drlcli.metrics import metric_columns, read_metrics
-    from drlcli.play import load_play_actor, run_episodes
+    from drlcli.metrics.csv_file import read_metrics
+    from drlcli.metrics.schema import metric_columns
+    from drlcli.play import load_play_actor
     from tests.test_metrics import COMMON
 
     config, summary = _train(tmp_path, "straight", 240)  # 80 env steps a round
@@ -352,8 +354,8 @@ def _same(a, b) -> bool:
 
 
 def test_a_learner_process_builds_its_sac_learner_from_the_context():
-    from drlcli.algos.algorithm import LearnerContext
-    from drlcli.envs import EnvFacts
+    from drlcli.algos.entry_types import LearnerContext
+    from drlcli.env_facts import EnvFacts
 
     spec = sac_actor_spec(SMALL, LOW, HIGH)
     facts = EnvFacts("task", 5, 2, np.array(LOW), np.array(HIGH))

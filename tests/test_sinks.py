@@ -15,8 +15,8 @@ from drlcli.cli import app
 from drlcli.config import config_from_dict, load_config
 from drlcli.errors import UsageError
 from drlcli.evaluation import EvaluationResult
-from drlcli.runtime.sinks import MetricsSinks
 from drlcli.sinks import check_sinks, open_sinks
+from drlcli.sinks.dispatch import MetricsSinks
 from drlcli.sinks.tensorboard_sink import TensorBoardSink
 
 runner = CliRunner(env={"COLUMNS": "200"})
@@ -378,7 +378,7 @@ def test_a_sink_that_cannot_open_or_write_warns_once_and_the_csv_goes_on(tmp_pat
 
 @pytest.mark.usefixtures("ray_cluster")
 def test_a_run_with_logging_sinks_writes_every_csv_column(tiny_config, tmp_path, mlflow_store):
-    from drlcli.metrics import read_metrics
+    from drlcli.metrics.csv_file import read_metrics
     from drlcli.runtime.training import train
     from drlcli.topology import AvailableDevices
 

@@ -13,12 +13,12 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 import tests.range_envs  # noqa: F401  (registers drltest/SuccessPattern-v0)
-from drlcli.checkpoint import read_checkpoint
+from drlcli.checkpoints.files import read_checkpoint
 from drlcli.cli import app
 from drlcli.config import load_config
 from drlcli.envs import EnvBatch
 from drlcli.errors import ConfigError
-from drlcli.metrics import read_metrics
+from drlcli.metrics.csv_file import read_metrics
 from drlcli.success import ANY_STEP, FINAL_STEP, EpisodeSuccess, flag, reported_key, success_rate
 
 PATTERN = "tests.range_envs:drltest/SuccessPattern-v0"

@@ -7,16 +7,19 @@ from pathlib import Path
 import pytest
 import torch
 
-from drlcli.algos.algorithm import RoundPlan, RunContext
+from drlcli.algos.entry_types import RoundPlan
 from drlcli.algos.ppo.algorithm import gaussian_actor_spec
 from drlcli.audit import audit_checkpoint
-from drlcli.checkpoint import load_payload, read_checkpoint, validate_actor_semantics
+from drlcli.checkpoints.checks import validate_actor_semantics
+from drlcli.checkpoints.files import load_payload, read_checkpoint
 from drlcli.config import Config, load_config
 from drlcli.envs import env_facts, make_env
 from drlcli.errors import SemanticsError, UsageError
 from drlcli.evaluation import PolicyEvaluator
-from drlcli.metrics import TIME_COLUMNS, read_metrics
+from drlcli.metrics.csv_file import read_metrics
+from drlcli.metrics.schema import TIME_COLUMNS
 from drlcli.runtime.ppo_loop import PPORoundLoop
+from drlcli.runtime.run_context import RunContext
 from drlcli.runtime.training import train
 from drlcli.topology import AvailableDevices, topology_for_config
 from tests.conftest import TINY_PPO, copy_run_outputs
@@ -108,7 +111,7 @@ def test_same_config_and_seed_give_identical_metrics(tiny_config, two_rounds):
 def test_resume_continues_the_counters_and_appends_metrics(tiny_config, trained):
     """A format-2 checkpoint and the same checkpoint rewritten in format 1 (which kept the
     reward-scaler moments under the learner, ``reward_scalers``) resume alike."""
-    from drlcli.checkpoint import save_payload
+    from drlcli.checkpoints.files import save_payload
 
     config = trained("resumed")
     longer = tiny_config("resumed", total=512)

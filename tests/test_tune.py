@@ -421,7 +421,8 @@ def test_an_interrupted_search_resumes_to_the_results_of_one_never_stopped(tmp_p
     import time
 
     from drlcli.errors import SearchInterrupted, UsageError
-    from drlcli.metrics import TIME_COLUMNS, read_metrics
+    from drlcli.metrics.csv_file import read_metrics
+    from drlcli.metrics.schema import TIME_COLUMNS
     from drlcli.runtime.training import train
     from drlcli.topology import AvailableDevices
     from drlcli.tune.runner import prepare_search, run_search
@@ -538,8 +539,9 @@ def test_a_pbt_search_exploits_the_other_trials_weights_and_writes_a_winner_that
     winner config, and the dashboard's group of its trials."""
     import json
 
-    from drlcli.checkpoint import read_checkpoint
-    from drlcli.metrics import TIME_COLUMNS, read_metrics
+    from drlcli.checkpoints.files import read_checkpoint
+    from drlcli.metrics.csv_file import read_metrics
+    from drlcli.metrics.schema import TIME_COLUMNS
     from drlcli.runtime.training import train
     from drlcli.topology import AvailableDevices
     from drlcli.tune.runner import prepare_search, run_search

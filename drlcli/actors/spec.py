@@ -1,5 +1,5 @@
 """Actor specs: building a policy actor from ``{builder, kwargs}`` (plain data: whether a builder
-is drl's own is the registry's to say, ``drlcli/actors/semantics.py``).
+is drl's own is the registry's to say, ``drlcli/checkpoints/semantics.py``).
 
 A spec names a builder as ``"pkg.module:callable"``; the builder is resolved with
 ``importlib.import_module`` and called as ``builder(obs_dim=..., action_dim=..., device=...,

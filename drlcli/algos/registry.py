@@ -1,8 +1,8 @@
 """The algorithm registry: every algorithm drl trains, by its config name.
 
 Each algorithm package declares one ``Algorithm`` (``algos/<name>/algorithm.py``; the type is in
-``algos/algorithm.py``) and this module lists them. ``config.py``, ``runtime/``,
-``checkpoint.py``, ``metrics.py``, ``export.py`` and ``audit.py`` look an algorithm up here
+``algos/entry_types.py``) and this module lists them. ``config.py``, ``runtime/``,
+``checkpoints/``, ``metrics/schema.py``, ``export.py`` and ``drl verify`` look an algorithm up here
 instead of branching on its name. Adding an algorithm is a package under ``algos/`` plus one
 entry in ``_registered``.
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drlcli.algos.algorithm import Algorithm
+from drlcli.algos.entry_types import Algorithm
 from drlcli.errors import ConfigError
 
 

@@ -85,7 +85,8 @@ def run_details(run: Run) -> dict[str, Any]:
         details["checkpoint_error"] = "no checkpoint beside the metrics CSV"
         return details
     try:
-        from drlcli.checkpoint import Checkpoint, load_payload
+        from drlcli.checkpoints.files import load_payload
+        from drlcli.checkpoints.record import Checkpoint
 
         payload = load_payload(run.checkpoint)  # read once: for the audit and the fields
         details["audit"] = json.loads(audit_checkpoint(run.checkpoint, payload).to_json())
@@ -110,7 +111,8 @@ _SUMMARIES: dict[Path, tuple[tuple[int, int], dict[str, Any]]] = {}
 def run_summary(run: Run) -> dict[str, Any]:
     """What the runs table needs of a run's latest checkpoint: its config, progress and best
     return (None each without a readable checkpoint); read again only when the file changed."""
-    from drlcli.checkpoint import Checkpoint, load_payload
+    from drlcli.checkpoints.files import load_payload
+    from drlcli.checkpoints.record import Checkpoint
     from drlcli.errors import DrlError
 
     empty = {"config": None, "progress": None, "best_return": None, "best_criterion": None}

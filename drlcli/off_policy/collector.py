@@ -1,6 +1,7 @@
 """The off-policy collection every replay-based algorithm shares: rollout actors that only step
-environments (``EnvStepper``), and ``OffPolicyCollector``, the learner's side that chooses every
-action with ``learner.actor.explore`` (the one policy instance the learner optimises).
+environments (``runtime/env_stepper.py``), and ``OffPolicyCollector``, the learner's side that
+chooses every action with ``learner.actor.explore`` (the one policy instance the learner
+optimises).
 
 Per environment step of a round, in the learner process:
 
@@ -33,7 +34,6 @@ from drlcli.off_policy.replay import TransitionReplay
 
 if TYPE_CHECKING:
     from drlcli.off_policy.data_parallel import DataParallelGroup
-    from drlcli.off_policy.env_stepper import EnvStepper
 
 
 class OffPolicyParams(Protocol):
@@ -105,34 +105,6 @@ class EnvStepperPool(Protocol):
         """Whether stepper ``position``'s process, which answered from ``process_id``, is not
         the one that made its last step (counted as a restart)."""
         ...
-
-
-class LocalStepperPool:
-    """Env steppers in this process, stepped one after the other (tests, benchmarks)."""
-
-    def __init__(self, steppers: Sequence[EnvStepper], num_envs: int) -> None:
-        self.steppers, self.num_envs = list(steppers), num_envs
-        self._pending: list[dict[str, Any]] = []
-
-    def observations(self) -> np.ndarray:
-        return np.concatenate([stepper.observations() for stepper in self.steppers])
-
-    def step_async(self, actions: np.ndarray) -> None:
-        n = self.num_envs
-        self._pending = [s.step(actions[i * n : (i + 1) * n]) for i, s in enumerate(self.steppers)]
-
-    def wait(self) -> list[dict[str, Any]]:
-        return self._pending
-
-    def state_dicts(self) -> list[dict[str, Any]]:
-        return [stepper.state_dict() for stepper in self.steppers]
-
-    def load_state_dicts(self, states: list[dict[str, Any]]) -> None:
-        for stepper, state in zip(self.steppers, states, strict=True):
-            stepper.load_state_dict(state)
-
-    def replaced(self, position: int, process_id: int) -> bool:
-        return False  # one process: nothing is restarted
 
 
 class OffPolicyCollector:

@@ -14,8 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from drlcli.algos.algorithm import Algorithm
-from drlcli.checkpoint import (
+from drlcli.algos.entry_types import Algorithm
+from drlcli.checkpoints.files import write_checkpoint
+from drlcli.checkpoints.record import (
     BEST_BY_EVALUATION,
     BEST_BY_EVALUATION_SUCCESS,
     BEST_BY_TRAINING_RETURN,
@@ -23,10 +24,9 @@ from drlcli.checkpoint import (
     Checkpoint,
     EnvRecord,
     RunProgress,
-    write_checkpoint,
 )
 from drlcli.config import Config
-from drlcli.envs import EnvFacts
+from drlcli.env_facts import EnvFacts
 from drlcli.evaluation import EvaluationResult
 from drlcli.normalization import DEFAULT_OBSERVATION_CLIP, RmsState
 from drlcli.runtime.probe import ProbedActor

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from drlcli.actors.memory import format_bytes
-from drlcli.algos.algorithm import Algorithm, MemoryNeed, RunShape
+from drlcli.algos.entry_types import Algorithm, MemoryNeed, RunShape
 from drlcli.errors import ConfigError
 
 

@@ -9,16 +9,16 @@ from typing import Any
 
 import numpy as np
 
-from drlcli.algos.algorithm import RunContext
 from drlcli.algos.registry import get_algorithm
 from drlcli.atomic import atomic_output
 from drlcli.errors import CheckpointError
-from drlcli.metrics import average_metrics
+from drlcli.metrics.schema import average_metrics
 from drlcli.off_policy.resume import learner_states_for, replays_for
-from drlcli.runtime.evaluation import evaluator_has_own_process
+from drlcli.runtime.evaluation_runner import evaluator_has_own_process
 from drlcli.runtime.ray_session import ProcessOwner, actor_id_of, process_resources
 from drlcli.runtime.ray_session import get_or_raise as _get
 from drlcli.runtime.restarts import RestartCounter, restartable_actor_options
+from drlcli.runtime.run_context import RunContext
 
 
 class OffPolicyRoundLoop:
@@ -36,7 +36,7 @@ class OffPolicyRoundLoop:
     def _start(self, run: RunContext) -> None:
         import ray
 
-        from drlcli.off_policy.env_stepper import EnvStepper
+        from drlcli.runtime.env_stepper import EnvStepper
         from drlcli.runtime.off_policy_workers import (
             OffPolicyLearnerWorker,
             form_data_parallel_group,
@@ -146,7 +146,7 @@ class OffPolicyRoundLoop:
 
     def evaluation_host(self) -> tuple[Any, str]:
         """Learner 0 (``EvaluationHost.evaluate_policy``): a run without periodic evaluation
-        evaluates its final policy there (``EvaluationHosting``)."""
+        evaluates its final policy there (``HasEvaluationHost``)."""
         return self.workers[0], "learner 0"
 
     def close(self) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from drlcli.algos.algorithm import LearnerContext, OffPolicy
+from drlcli.algos.entry_types import LearnerContext, OffPolicy
 from drlcli.evaluation import EvaluationHost
 from drlcli.off_policy.collector import OffPolicyCollector, OffPolicyLearner
 from drlcli.off_policy.data_parallel import DataParallelGroup, open_store

@@ -6,10 +6,9 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from drlcli.algos.algorithm import RunContext
-from drlcli.metrics import average_metrics
+from drlcli.metrics.schema import average_metrics
 from drlcli.normalization import RmsState, merge_rms_states
-from drlcli.runtime.evaluation import evaluator_has_own_process
+from drlcli.runtime.evaluation_runner import evaluator_has_own_process
 from drlcli.runtime.ray_session import (
     ProcessOwner,
     WorkerDied,
@@ -19,6 +18,7 @@ from drlcli.runtime.ray_session import (
 )
 from drlcli.runtime.ray_session import get_or_raise as _get
 from drlcli.runtime.restarts import RestartCounter, restartable_actor_options
+from drlcli.runtime.run_context import RunContext
 
 
 class PPORoundLoop:
@@ -37,8 +37,8 @@ class PPORoundLoop:
     def _start(self, run: RunContext) -> None:
         import ray
 
-        from drlcli.algos.ppo.rollout_actor import MuJoCoActor
         from drlcli.parameter_averaging import average_state_dicts
+        from drlcli.runtime.mujoco_actor import MuJoCoActor
         from drlcli.runtime.parameter_server import ParameterServer
         from drlcli.runtime.ppo_workers import PPOLearnerWorker
 
@@ -256,7 +256,7 @@ class PPORoundLoop:
         topology every actor starts its reward statistics from the merge of all stored ones.
         Checkpoints without rollout actor states (and runs with reward scaling off) restart both.
         """
-        from drlcli.algos.ppo.rollout_actor import rollout_actor_states
+        from drlcli.runtime.mujoco_actor import rollout_actor_states
 
         stored = [rollout_actor_states(state) for state in states]
         if any(per_learner is None for per_learner in stored):
@@ -298,7 +298,7 @@ class PPORoundLoop:
 
     def evaluation_host(self) -> tuple[Any, str]:
         """Rollout actor 0 (``EvaluationHost.evaluate_policy``): a run without periodic evaluation
-        evaluates its final policy there (``EvaluationHosting``)."""
+        evaluates its final policy there (``HasEvaluationHost``)."""
         return self.rollout_actors[0], "rollout actor 0"
 
     def close(self) -> None:

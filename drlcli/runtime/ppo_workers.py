@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from drlcli.actors.spec import ActorSpec
-from drlcli.algos.algorithm import RoundPlan
+from drlcli.algos.entry_types import RoundPlan
 from drlcli.algos.ppo.learner import Learner
 from drlcli.algos.ppo.params import PPOParams
 from drlcli.observations import ObservationGroups

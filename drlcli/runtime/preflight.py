@@ -9,19 +9,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from drlcli.algos.algorithm import Algorithm, RunShape
+from drlcli.algos.entry_types import Algorithm, RunShape
 from drlcli.algos.registry import ALGORITHMS, get_algorithm
 from drlcli.atomic import check_writable
-from drlcli.audit import read_verified_checkpoint
-from drlcli.checkpoint import (
-    Checkpoint,
+from drlcli.checkpoints.checks import (
     check_fits,
     state_dict_problem,
     validate_actor_semantics,
     validate_learner_states,
 )
+from drlcli.checkpoints.record import Checkpoint
+from drlcli.checkpoints.verified import read_verified_checkpoint
 from drlcli.config import Config
-from drlcli.envs import EnvFacts, env_facts, make_task_env
+from drlcli.env_facts import EnvFacts
+from drlcli.envs import env_facts, make_task_env
 from drlcli.errors import CheckpointError, ConfigError, UsageError
 from drlcli.runtime.checkpointing import replay_path
 from drlcli.runtime.memory_budget import available_memory_bytes, check_memory, run_memory_needs

@@ -11,11 +11,11 @@ import torch
 
 from drlcli.actors.contract import declared_inference_memory, on_a_copy
 from drlcli.actors.memory import module_memory_bytes
-from drlcli.actors.semantics import actor_semantics
 from drlcli.actors.spec import ActorSpec, build_policy_actor
-from drlcli.algos.algorithm import Algorithm
+from drlcli.algos.entry_types import Algorithm
+from drlcli.checkpoints.semantics import actor_semantics
 from drlcli.config import Config
-from drlcli.envs import EnvFacts
+from drlcli.env_facts import EnvFacts
 
 
 @dataclass(frozen=True)

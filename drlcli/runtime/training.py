@@ -26,34 +26,26 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
-from drlcli.algos.algorithm import (
-    Algorithm,
-    EvaluationHosting,
-    ReplaySaving,
-    RoundPlan,
-    RunContext,
-)
+from drlcli.algos.entry_types import Algorithm, RoundPlan
 from drlcli.atomic import remove_leftovers
-from drlcli.checkpoint import (
-    BEST_BY_TRAINING_RETURN,
-    Checkpoint,
-    RunProgress,
-    non_finite_tensors,
-)
+from drlcli.checkpoints.checks import non_finite_tensors
+from drlcli.checkpoints.record import BEST_BY_TRAINING_RETURN, Checkpoint, RunProgress
 from drlcli.config import Config
 from drlcli.errors import DrlError, StorageError, TrainingError, TrainingStopped
 from drlcli.evaluation import EvaluationResult
-from drlcli.metrics import MetricsWriter, metric_columns
+from drlcli.metrics.csv_file import MetricsWriter
+from drlcli.metrics.schema import metric_columns
 from drlcli.runtime.checkpointing import Checkpointing, best_criterion, replay_path
-from drlcli.runtime.evaluation import EvaluationRunner, evaluator_has_own_process
+from drlcli.runtime.evaluation_runner import EvaluationRunner, evaluator_has_own_process
 from drlcli.runtime.nodes import check_every_node
 from drlcli.runtime.preflight import check_learner_device, preflight
 from drlcli.runtime.probe import ProbedActor
 from drlcli.runtime.progress import TrainingProgress
 from drlcli.runtime.ray_session import process_resources, ray_session
-from drlcli.runtime.sinks import MetricsSink, MetricsSinks
+from drlcli.runtime.run_context import HasEvaluationHost, ReplaySaving, RunContext
 from drlcli.runtime.stop import StopRequest, StopRule, first_stop_reason
 from drlcli.sinks import open_sinks
+from drlcli.sinks.dispatch import MetricsSink, MetricsSinks
 from drlcli.success import success_rate
 from drlcli.topology import AvailableDevices
 from drlcli.topology import topology_for_config as resolve_for
@@ -133,14 +125,14 @@ class TrainingRun:
         with contextlib.ExitStack() as stack:
             stop = stack.enter_context(StopRequest(self.console))
             try:
-                return self._run(stack, stop)
+                return self._train(stack, stop)
             except KeyboardInterrupt:
                 if stop.signal is None:
                     raise
                 during = "" if stop.rounds_training else self.during
                 raise stop.stopped(self.resumable, self.progress.round, during) from None
 
-    def _run(self, stack: contextlib.ExitStack, stop: StopRequest) -> TrainingSummary:
+    def _train(self, stack: contextlib.ExitStack, stop: StopRequest) -> TrainingSummary:
         config, options = self.config, self.options
         checked = preflight(
             config, options.resume, options.resume_replay, options.devices, bool(options.address)
@@ -188,7 +180,7 @@ class TrainingRun:
         )
         stack.callback(loop.close)  # closed before the evaluator: it may host the evaluations
         # After the round loop's processes: a process of its own starts while the rounds train.
-        evaluator.start(loop.evaluation_host() if isinstance(loop, EvaluationHosting) else None)
+        evaluator.start(loop.evaluation_host() if isinstance(loop, HasEvaluationHost) else None)
         saves_replay = algorithm.replay_saving is not None and algorithm.replay_saving(
             config.algo_params
         )

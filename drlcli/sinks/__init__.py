@@ -3,7 +3,7 @@
 Each sink is an optional extra: a run whose config asks for one that is not installed is
 refused before anything starts, with the command that installs it. A sink that fails while the
 run goes on (an unwritable folder, a full disk) warns once and is left out
-(``drlcli.runtime.sinks.MetricsSinks``): the CSV stays the record of truth.
+(``drlcli.sinks.dispatch.MetricsSinks``): the CSV stays the record of truth.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from drlcli.config import Config
 from drlcli.errors import UsageError
-from drlcli.runtime.sinks import sink_warning
+from drlcli.sinks.dispatch import sink_warning
 
 # sink -> (the module it needs, the extra that installs it, the config key / CLI option)
 EXTRAS = {

@@ -24,7 +24,7 @@ class BackgroundCalls:
     def __init__(self, name: str) -> None:
         self.calls: queue.Queue[tuple[Callable[..., Any], tuple[Any, ...]] | None] = queue.Queue()
         self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread = threading.Thread(target=self._call_in_order, name=name, daemon=True)
         self.thread.start()
 
     def submit(self, call: Callable[..., Any], *args: Any) -> None:
@@ -47,7 +47,7 @@ class BackgroundCalls:
         if self.error is not None:
             raise self.error
 
-    def _run(self) -> None:
+    def _call_in_order(self) -> None:
         while (item := self.calls.get()) is not None:
             call, args = item
             try:

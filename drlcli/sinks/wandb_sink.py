@@ -107,7 +107,7 @@ def log_video(config: Config, video: Path) -> str | None:
         return None
     import wandb
 
-    from drlcli.checkpoint import load_payload
+    from drlcli.checkpoints.files import load_payload
 
     run_id = id_file(config).read_text().strip()
     # At the run's last step: W&B keeps a run's steps increasing.

@@ -351,7 +351,7 @@ def restore_trial(
     Raises:
         TrainingError: the checkpoint lacks a seed's files.
     """
-    from drlcli.checkpoint import load_payload
+    from drlcli.checkpoints.files import load_payload
 
     origin = trial
     if (stored / ORIGIN_FILE).exists():

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from drlcli.algos.ppo.algorithm import PPO
 from drlcli.dashboard.server import start_dashboard
-from drlcli.metrics import MetricsWriter, metric_columns
+from drlcli.metrics.csv_file import MetricsWriter
+from drlcli.metrics.schema import metric_columns
 
 WEB = Path(__file__).resolve().parents[2] / "web"
 

@@ -82,7 +82,7 @@ def train_rates(config: Config, learners: int, steps: int) -> tuple[float, float
     """(env steps per second, updates per second per learner) of a short training."""
     from rich.console import Console
 
-    from drlcli.metrics import read_metrics
+    from drlcli.metrics.csv_file import read_metrics
     from drlcli.runtime.training import train
     from drlcli.topology import AvailableDevices
 

@@ -36,7 +36,9 @@ os.environ.pop("OMP_WAIT_POLICY", None)  # each variant sets it (its processes i
 from rich.console import Console  # noqa: E402
 
 from drlcli.config import load_config  # noqa: E402
-from drlcli.metrics import read_metrics  # noqa: E402
+from drlcli.metrics.csv_file import read_metrics
+
+# noqa: E402
 from drlcli.runtime.training import train  # noqa: E402
 from drlcli.topology import AvailableDevices  # noqa: E402
 

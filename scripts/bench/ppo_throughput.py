@@ -28,7 +28,7 @@ from rich.console import Console
 
 from drlcli.config import load_config
 from drlcli.envs import make_env
-from drlcli.metrics import read_metrics
+from drlcli.metrics.csv_file import read_metrics
 from drlcli.runtime.training import train
 
 

@@ -98,7 +98,7 @@ def run_drl(
 ) -> dict:
     """A ``drl train`` run (``keys``: what the env entry adds); its final deterministic
     evaluation and training time."""
-    from drlcli.checkpoint import read_checkpoint
+    from drlcli.checkpoints.files import read_checkpoint
 
     output = folder / f"{label}_{task}_{seed}"
     config = output.with_suffix(".yaml")

@@ -35,7 +35,7 @@ import psutil
 from rich.console import Console
 
 from drlcli.config import EvaluationConfig, LoggingConfig, MlflowConfig, WandbConfig, load_config
-from drlcli.metrics import read_metrics
+from drlcli.metrics.csv_file import read_metrics
 from drlcli.runtime.training import train
 from drlcli.sinks import open_sinks
 

@@ -7,11 +7,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from drlcli.actors.spec import ActorSpec, check_actor_config
-from drlcli.algos.algorithm import Algorithm, MemoryNeed, OffPolicy, RunShape
+from drlcli.algos.entry_types import Algorithm, MemoryNeed, OffPolicy, RunShape
 from drlcli.algos.flash_sac.cuda_graph import FLASH_SAC_BUILDER, resolve_cuda_graph
 from drlcli.algos.flash_sac.params import FlashSACParams
 from drlcli.errors import ConfigError
-from drlcli.off_policy.memory import replay_memory_needs
+from drlcli.off_policy.memory_needs import replay_memory_needs
 from drlcli.off_policy.soft_actor_critic import NETWORK_KEYS, return_scaler_problem
 
 

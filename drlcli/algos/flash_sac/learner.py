@@ -36,7 +36,7 @@ from drlcli.off_policy.data_parallel import DataParallelGroup
 from drlcli.off_policy.soft_actor_critic import SoftActorCriticState
 
 if TYPE_CHECKING:
-    from drlcli.algos.algorithm import LearnerContext
+    from drlcli.algos.entry_types import LearnerContext
 
 
 def target_entropy(action_dim: int, sigma: float, action_range: torch.Tensor) -> float:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from drlcli.actors.spec import ActorSpec
-from drlcli.algos.algorithm import Algorithm, MemoryNeed, RunShape
+from drlcli.algos.entry_types import Algorithm, MemoryNeed, RunShape
 from drlcli.algos.ppo.params import PPOParams
 from drlcli.normalization import reward_scaler_state_problem
 

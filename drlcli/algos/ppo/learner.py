@@ -27,7 +27,7 @@ from drlcli.flat_parameters import FlatParameters, check_flat_optimizer_state
 from drlcli.observations import GroupReader, ObservationGroups
 
 if TYPE_CHECKING:
-    from drlcli.algos.algorithm import RoundPlan
+    from drlcli.algos.entry_types import RoundPlan
 
 
 def ppo_loss(

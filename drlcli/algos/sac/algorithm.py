@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from drlcli.actors.spec import ActorSpec, check_actor_config
-from drlcli.algos.algorithm import Algorithm, MemoryNeed, OffPolicy, RunShape
+from drlcli.algos.entry_types import Algorithm, MemoryNeed, OffPolicy, RunShape
 from drlcli.algos.sac.params import SACParams
-from drlcli.off_policy.memory import replay_memory_needs
+from drlcli.off_policy.memory_needs import replay_memory_needs
 from drlcli.off_policy.soft_actor_critic import NETWORK_KEYS, return_scaler_problem
 
 SAC_BUILDER = "drlcli.algos.sac.actor:build_sac_actor"

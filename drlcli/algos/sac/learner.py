@@ -35,7 +35,7 @@ from drlcli.observations import GroupReader, ObservationGroups
 from drlcli.off_policy.soft_actor_critic import SoftActorCriticState
 
 if TYPE_CHECKING:
-    from drlcli.algos.algorithm import LearnerContext
+    from drlcli.algos.entry_types import LearnerContext
     from drlcli.off_policy.data_parallel import DataParallelGroup
 
 

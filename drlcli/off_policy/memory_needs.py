@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drlcli.algos.algorithm import MemoryNeed, RunShape
+from drlcli.algos.entry_types import MemoryNeed, RunShape
 
 
 def replay_memory_needs(params: Any, shape: RunShape) -> list[MemoryNeed]:

@@ -7,6 +7,7 @@ and hundreds of MB per process saved; a restarted stepper is back sooner).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -55,3 +56,31 @@ class EnvStepper:
             "finished_lengths": step.finished_lengths,
             "finished_successes": step.finished_successes,
         }
+
+
+class LocalStepperPool:
+    """Env steppers in this process, stepped one after the other (tests, benchmarks)."""
+
+    def __init__(self, steppers: Sequence[EnvStepper], num_envs: int) -> None:
+        self.steppers, self.num_envs = list(steppers), num_envs
+        self._pending: list[dict[str, Any]] = []
+
+    def observations(self) -> np.ndarray:
+        return np.concatenate([stepper.observations() for stepper in self.steppers])
+
+    def step_async(self, actions: np.ndarray) -> None:
+        n = self.num_envs
+        self._pending = [s.step(actions[i * n : (i + 1) * n]) for i, s in enumerate(self.steppers)]
+
+    def wait(self) -> list[dict[str, Any]]:
+        return self._pending
+
+    def state_dicts(self) -> list[dict[str, Any]]:
+        return [stepper.state_dict() for stepper in self.steppers]
+
+    def load_state_dicts(self, states: list[dict[str, Any]]) -> None:
+        for stepper, state in zip(self.steppers, states, strict=True):
+            stepper.load_state_dict(state)
+
+    def replaced(self, position: int, process_id: int) -> bool:
+        return False  # one process: nothing is restarted

@@ -1,20 +1,18 @@
-"""What an algorithm declares: the ``Algorithm`` entry type and the ``RoundLoop`` protocol its
-runtime implements. The entries themselves are listed in ``algos/registry.py``."""
+"""What an algorithm declares: the ``Algorithm`` entry type (with ``OffPolicy``, ``RunShape`` and
+``MemoryNeed``), and the plain records its learners are built from (``LearnerContext``,
+``RoundPlan``). The entries themselves are listed in ``algos/registry.py``; the runtime's side
+(``RunContext``, the ``RoundLoop`` protocol) is ``runtime/run_context.py``."""
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from drlcli.actors.spec import ActorSpec
-    from drlcli.checkpoint import Checkpoint
-    from drlcli.config import Config
-    from drlcli.envs import EnvFacts
-    from drlcli.topology import TrainingTopology
+    from drlcli.env_facts import EnvFacts
 
 
 @dataclass(frozen=True)
@@ -33,43 +31,6 @@ class RoundPlan:
         """The env steps the run has trained when its last round ends."""
         remaining_rounds = self.total_rounds - self.start_round
         return self.start_env_steps + remaining_rounds * self.steps_per_round
-
-
-@dataclass(frozen=True)
-class RunContext:
-    """What a run's round loop is built from, decided by the driver before any process starts.
-
-    Attributes:
-        config: the run's resolved config.
-        topology: learners, their device and the rollout actors of each.
-        spec: the policy actor every process builds.
-        facts: the task's spaces.
-        plan: the rounds this run trains (learners keep their schedules by it).
-        stored: the checkpoint resumed from, or None.
-        concurrent_runs: runs of one ``drl tune`` trial (its seeds) training side by side in
-            its placement group: this run's processes take their share of it.
-    """
-
-    config: Config
-    topology: TrainingTopology
-    spec: ActorSpec
-    facts: EnvFacts
-    plan: RoundPlan
-    stored: Checkpoint | None = None
-    concurrent_runs: int = 1
-
-    def learner_context(self, learner_index: int) -> LearnerContext:
-        """What learner ``learner_index``'s process builds its learner from."""
-        return LearnerContext(
-            spec=self.spec,
-            facts=self.facts,
-            params=self.config.algo_params,
-            gamma=self.config.gamma,
-            total_env_steps=self.config.total_env_steps,
-            learners=self.topology.num_learners,
-            device=self.topology.learner_device,
-            seed=self.config.env.seed + learner_index,
-        )
 
 
 @dataclass(frozen=True)
@@ -96,45 +57,6 @@ class LearnerContext:
     learners: int
     device: str
     seed: int
-
-
-class RoundLoop(Protocol):
-    """The Ray side of one training run: built as ``RoundLoop(run)`` from a ``RunContext``,
-    then driven by the run loop in ``runtime/training.py`` one round at a time."""
-
-    def run_round(self, round_index: int) -> tuple[list[dict[str, Any]], dict[str, float]]:
-        """One round: ``(rollout stats per rollout actor or learner, learner metrics averaged
-        over learners)``. Each learner keeps its own schedules (the run's ``RoundPlan``)."""
-        ...
-
-    def checkpoint_parts(self) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-        """``(global observation statistics or None, every learner's resumable state)``."""
-        ...
-
-    def close(self) -> None:
-        """Stop every Ray actor the loop started."""
-        ...
-
-
-@runtime_checkable
-class EvaluationHosting(Protocol):
-    """An optional capability of a round loop: one of its processes is an ``EvaluationHost``
-    (``drlcli/evaluation.py``: ``PolicyEvaluator``'s evaluation in that process). A run without
-    periodic evaluation then evaluates its final policy there and starts no evaluator process."""
-
-    def evaluation_host(self) -> tuple[Any, str]:
-        """``(Ray actor handle, what the process is)``, e.g. ``(rollout actor 0, "rollout
-        actor 0")``; called before ``close``."""
-        ...
-
-
-@runtime_checkable
-class ReplaySaving(Protocol):
-    """An optional capability of a round loop: saving and refilling its replay buffers."""
-
-    def save_replay(self, path: Path) -> None: ...
-
-    def load_replay(self, path: Path) -> None: ...
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,7 @@ from functools import partial
 from typing import Any
 
 from drlcli.actors.spec import ActorSpec
-from drlcli.algos.algorithm import EvaluationHosting
-from drlcli.checkpoint import Checkpoint
+from drlcli.checkpoints.record import Checkpoint
 from drlcli.config import Config
 from drlcli.evaluation import EvaluationResult
 from drlcli.runtime.ray_session import (
@@ -27,20 +26,21 @@ from drlcli.runtime.ray_session import (
 )
 from drlcli.runtime.ray_session import get_or_raise as _get
 from drlcli.runtime.restarts import RestartCounter, restartable_actor_options
+from drlcli.runtime.run_context import HasEvaluationHost
 
 
 def evaluator_has_own_process(config: Config, round_loop: type) -> bool:
     """Whether a run's evaluations take a process of their own (and its CPU share): with
     periodic evaluation, or where ``round_loop`` cannot host the final one
-    (``EvaluationHosting``)."""
+    (``HasEvaluationHost``)."""
     return config.evaluation.interval_env_steps is not None or not issubclass(
-        round_loop, EvaluationHosting
+        round_loop, HasEvaluationHost
     )
 
 
 class EvaluationRunner:
     """The evaluations of a run, in one ``PolicyEvaluator`` of their own Ray actor, or in a
-    process of the round loop (``EvaluationHosting``: PPO's rollout actor 0, an off-policy learner
+    process of the round loop (``HasEvaluationHost``: PPO's rollout actor 0, an off-policy learner
     0) when the run has no periodic evaluation and only its final policy is evaluated. An
     evaluation carries no state: when its process dies and Ray restarts it (the evaluator and a
     rollout actor, as often as a rollout actor), the evaluation is redone; a learner that dies
@@ -71,7 +71,7 @@ class EvaluationRunner:
 
     def start(self, host: tuple[Any, str] | None = None) -> None:
         """Choose where evaluations run (once; the first evaluation calls it otherwise): without
-        periodic evaluation in ``host`` (``EvaluationHosting.evaluation_host()``), if any, else
+        periodic evaluation in ``host`` (``HasEvaluationHost.evaluation_host()``), if any, else
         in the evaluator's own process, started here.
 
         The driver calls this once the rollout actors and learners are up: a process start is
