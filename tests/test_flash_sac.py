@@ -22,7 +22,7 @@ from drlcli.algos.flash_sac.actor import (
     build_flash_sac_actor,
     truncated_zeta_pmf,
 )
-from drlcli.algos.flash_sac.algorithm import critic_problem, flash_sac_actor_spec
+from drlcli.algos.flash_sac.algorithm import CRITICS, flash_sac_actor_spec
 from drlcli.algos.flash_sac.critic import categorical_td_target
 from drlcli.algos.flash_sac.cuda_graph import resolve_cuda_graph
 from drlcli.algos.flash_sac.layers import UnitBatchNorm, UnitLinear, UnitRMSNorm
@@ -32,9 +32,16 @@ from drlcli.algos.flash_sac.learner import (
     target_entropy,
 )
 from drlcli.algos.flash_sac.params import FlashSACParams
-from drlcli.config import config_from_dict
+from drlcli.config import EnvConfig, config_from_dict
 from drlcli.errors import ConfigError, PolicyActorContractError, TrainingError
 from drlcli.off_policy.replay import TransitionReplay
+from drlcli.runtime.run_context import RolloutActorContext
+
+
+def stepper_context(actor_id: int, env: EnvConfig) -> RolloutActorContext:
+    """An ``EnvStepper``'s context: it reads its id and environments only (no policy)."""
+    return RolloutActorContext(actor_id, env, spec=None, params=None, gamma=0.99)
+
 
 LOW, HIGH = [-1.0, 0.0], [1.0, 4.0]  # a non-symmetric range: the affine part matters
 SMALL = FlashSACParams(
@@ -446,7 +453,7 @@ def test_learner_state_round_trip_restores_schedule_and_networks():
 )
 def test_resume_check_names_what_of_the_critic_the_config_cannot_take(change, message):
     state = make_learner().state_dict()
-    problem = critic_problem(dataclasses.replace(SMALL, **change), state, 5, 2)
+    problem = CRITICS.resume_problem(dataclasses.replace(SMALL, **change), state, 5, 2)
     if message is None:
         assert problem is None
     else:
@@ -456,7 +463,7 @@ def test_resume_check_names_what_of_the_critic_the_config_cannot_take(change, me
 def test_resume_check_calls_a_critic_that_is_not_tensors_damaged():
     state = make_learner().state_dict()
     state["target_critic"] = {"atoms": [0.0, 1.0]}
-    assert critic_problem(SMALL, state, 5, 2) == (
+    assert CRITICS.resume_problem(SMALL, state, 5, 2) == (
         "its target_critic is not a state dict of tensors; the file is damaged"
     )
 
@@ -468,7 +475,9 @@ def test_the_collector_runs_in_process_with_a_local_stepper_pool():
     from drlcli.runtime.env_stepper import EnvStepper, LocalStepperPool
 
     env = EnvConfig(id="InvertedPendulum-v5", num_envs=2, seed=3)
-    steppers = LocalStepperPool([EnvStepper(0, env), EnvStepper(1, env)], num_envs=2)
+    steppers = LocalStepperPool(
+        [EnvStepper(stepper_context(index, env)) for index in (0, 1)], num_envs=2
+    )
     params = dataclasses.replace(SMALL, warmup_steps=16, batch_size=8, updates_per_env_step=0.5)
     spec = flash_sac_actor_spec(params, [-3.0], [3.0])
     learner = FlashSACLearner(spec, 4, 1, [-3.0], [3.0], params, 0.99, 100)
@@ -550,7 +559,9 @@ def test_the_collector_drops_the_transitions_of_a_restarted_stepper():
             return results
 
     env = EnvConfig(id="InvertedPendulum-v5", num_envs=2, seed=3)
-    steppers = RestartingPool([EnvStepper(0, env), EnvStepper(1, env)], num_envs=2)
+    steppers = RestartingPool(
+        [EnvStepper(stepper_context(index, env)) for index in (0, 1)], num_envs=2
+    )
     params = dataclasses.replace(SMALL, warmup_steps=100, batch_size=8)
     spec = flash_sac_actor_spec(params, [-3.0], [3.0])
     learner = FlashSACLearner(spec, 4, 1, [-3.0], [3.0], params, 0.99, 100)
@@ -840,19 +851,19 @@ def test_load_moments_moves_every_tensor_step_past_parameters_without_state():
 
 
 def test_a_learner_process_builds_its_learner_from_the_context():
-    """``OffPolicy.build_learner(LearnerContext)``: the learner a process of the run holds is
+    """``OffPolicy.learner(LearnerContext)``: the learner a process of the run holds is
     the one the context describes, its cosine schedule over its share of the run's updates."""
     import math
 
-    from drlcli.algos.entry_types import LearnerContext
+    from drlcli.algos.entry_types import LearnerContext, RoundPlan
     from drlcli.algos.flash_sac.algorithm import FLASH_SAC
     from drlcli.env_facts import EnvFacts
 
     params = dataclasses.replace(SMALL, updates_per_env_step=0.5)
     spec = flash_sac_actor_spec(params, LOW, HIGH)
     facts = EnvFacts("task", 5, 2, np.array(LOW), np.array(HIGH))
-    context = LearnerContext(spec, facts, params, 0.9, 1001, 2, "cpu", 7)
-    learner = FLASH_SAC.off_policy.build_learner(context)
+    context = LearnerContext(spec, facts, params, 0.9, 1001, 2, "cpu", 7, RoundPlan(1, 1001))
+    learner = FLASH_SAC.off_policy.learner(context)
     assert learner.total_updates == math.ceil(1001 / 2 * 0.5) == 251
     assert learner.gamma == 0.9 and learner.params is params
     direct = FlashSACLearner(spec, 5, 2, LOW, HIGH, params, 0.9, 251, "cpu", seed=7, learners=2)

@@ -215,6 +215,7 @@ def load_like_the_processes(config_path: Path, checkpoint_path: Path) -> None:
     from drlcli.runtime.mujoco_actor import MuJoCoActor, rollout_actor_states
     from drlcli.runtime.parameter_server import ParameterServer
     from drlcli.runtime.probe import probe_actor
+    from drlcli.runtime.run_context import RolloutActorContext
 
     config = load_config(config_path)
     checkpoint = read_verified_checkpoint(checkpoint_path)
@@ -226,7 +227,9 @@ def load_like_the_processes(config_path: Path, checkpoint_path: Path) -> None:
         for state in checkpoint.learner_states:
             learner = Learner(spec, facts.obs_dim, facts.action_dim, params)
             learner.load_state_dict(state)
-            rollout_actor = MuJoCoActor(0, config.env, spec, params, config.gamma)
+            rollout_actor = MuJoCoActor(
+                RolloutActorContext(0, config.env, spec, params, config.gamma)
+            )
             try:
                 for stored in rollout_actor_states(state) or []:
                     if "envs" in stored:

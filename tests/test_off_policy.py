@@ -12,6 +12,12 @@ import torch
 from drlcli.config import EnvConfig
 from drlcli.off_policy.collector import OffPolicyCollector
 from drlcli.runtime.env_stepper import EnvStepper, LocalStepperPool
+from drlcli.runtime.run_context import RolloutActorContext
+
+
+def stepper_context(actor_id: int, env: EnvConfig) -> RolloutActorContext:
+    """An ``EnvStepper``'s context: it reads its id and environments only (no policy)."""
+    return RolloutActorContext(actor_id, env, spec=None, params=None, gamma=0.99)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +65,7 @@ class RecordingLearner:
 
 def collector(params=Params(), envs=2):
     env = EnvConfig(id="InvertedPendulum-v5", num_envs=envs, seed=3)
-    steppers = LocalStepperPool([EnvStepper(0, env)], num_envs=envs)
+    steppers = LocalStepperPool([EnvStepper(stepper_context(0, env))], num_envs=envs)
     learner = RecordingLearner()
     return OffPolicyCollector(learner, steppers, params, [-3.0], [3.0], 4, 0.99), learner
 

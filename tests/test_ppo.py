@@ -18,6 +18,7 @@ from drlcli.envs import EnvBatch
 from drlcli.errors import TrainingError
 from drlcli.normalization import RewardScaler, RmsState, normalize_observation
 from drlcli.runtime.mujoco_actor import MuJoCoActor
+from drlcli.runtime.run_context import RolloutActorContext
 
 PARAMS = PPOParams(num_epochs=2, num_minibatches=4, hidden_sizes=(16, 16))
 ENV = EnvConfig(id="InvertedPendulum-v5", num_envs=2, seed=5)
@@ -26,7 +27,7 @@ SPEC = gaussian_actor_spec(PARAMS, [-3.0], [3.0])
 
 @pytest.fixture(scope="module")
 def rollout_actor():
-    actor = MuJoCoActor(0, ENV, SPEC, PARAMS, gamma=0.99)
+    actor = MuJoCoActor(RolloutActorContext(0, ENV, SPEC, PARAMS, gamma=0.99))
     yield actor
     actor.close()
 
@@ -75,7 +76,7 @@ def test_the_numpy_rollout_samples_what_the_torch_modules_would(value_hidden_siz
     state = Learner(SPEC, obs_dim=4, action_dim=1, params=params, seed=2).network_state()
     trajectories = []
     for dense in (True, False):
-        actor = MuJoCoActor(0, ENV, SPEC, params, gamma=0.99)
+        actor = MuJoCoActor(RolloutActorContext(0, ENV, SPEC, params, gamma=0.99))
         assert actor.dense_policy_mean is not None and actor.dense_value is not None
         if not dense:
             actor.dense_policy_mean = actor.dense_value = None
@@ -106,7 +107,7 @@ def test_one_obs_rms_state_for_the_whole_rollout_and_incremental_moments(rollout
 def test_truncation_bootstraps_from_the_final_observation_not_the_reset_one():
     short = dataclasses.replace(ENV, num_envs=1, max_episode_steps=5)
     params = dataclasses.replace(PARAMS, normalize_rewards=False)
-    actor = MuJoCoActor(0, short, SPEC, params, 0.9)
+    actor = MuJoCoActor(RolloutActorContext(0, short, SPEC, params, 0.9))
     learner = Learner(SPEC, 4, 1, PARAMS, seed=0)
     state = learner.network_state()
     # A value network that depends strongly on the observation: V(final) != V(reset).
@@ -303,10 +304,10 @@ def test_warm_up_gives_the_first_round_standardised_observations():
     spec = gaussian_actor_spec(PARAMS, [-1.0, -1.0], [1.0, 1.0])
     network = Learner(spec, obs_dim=9, action_dim=2, params=PARAMS, seed=0).network_state()
     # One at a time: each seeds torch's (process-wide) generator when it is made.
-    warmed = MuJoCoActor(0, env, spec, PARAMS, gamma=0.99)
+    warmed = MuJoCoActor(RolloutActorContext(0, env, spec, PARAMS, gamma=0.99))
     moments = RmsState.from_dict(warmed.warm_up_observations(200)["obs_rms_moments"])
     first, _ = warmed.sample(network, 200, 0.99, 0.95, moments.to_dict())
-    plain = MuJoCoActor(0, env, spec, PARAMS, gamma=0.99)
+    plain = MuJoCoActor(RolloutActorContext(0, env, spec, PARAMS, gamma=0.99))
     try:
         assert moments.count == 1600.0
         assert moments.var.max() / moments.var.min() > 1e4  # raw features far apart in scale
@@ -353,7 +354,7 @@ def test_advantages_and_returns_are_gae_of_the_replayed_episodes(normalize_rewar
     steps, gamma, gae_lambda = 40, 0.9, 0.8
     env = dataclasses.replace(ENV, max_episode_steps=15)  # time limits as well as falls
     params = dataclasses.replace(PARAMS, normalize_rewards=normalize_rewards)
-    actor = MuJoCoActor(0, env, SPEC, params, gamma)
+    actor = MuJoCoActor(RolloutActorContext(0, env, SPEC, params, gamma))
     state = Learner(SPEC, 4, 1, PARAMS, seed=0).network_state()
     state["value"]["network.4.weight"] = torch.full((1, 16), 5.0)  # values vary with the state
     trajectory, _ = actor.sample(state, steps, gamma, gae_lambda, obs_rms)
@@ -477,7 +478,7 @@ def test_a_rollout_actor_loaded_with_anothers_state_samples_what_it_would_have()
     in a fresh process (an exact resume)."""
     env = dataclasses.replace(ENV, max_episode_steps=30)
     network = Learner(SPEC, 4, 1, PARAMS, seed=0).network_state()
-    first = MuJoCoActor(0, env, SPEC, PARAMS, gamma=0.99)
+    first = MuJoCoActor(RolloutActorContext(0, env, SPEC, PARAMS, gamma=0.99))
     try:
         first.sample(network, 45, 0.99, 0.95, None)  # mid-episode, scaler statistics grown
         moments = first.reward_scaler.state_dict()
@@ -487,7 +488,7 @@ def test_a_rollout_actor_loaded_with_anothers_state_samples_what_it_would_have()
     finally:
         first.close()
     torch.manual_seed(123)  # another process's generator state: the loaded one must win
-    second = MuJoCoActor(0, env, SPEC, PARAMS, gamma=0.99)
+    second = MuJoCoActor(RolloutActorContext(0, env, SPEC, PARAMS, gamma=0.99))
     try:
         assert second.load_state_dict(state)["actor_id"] == 0
         second.restore_reward_scaler(moments)
@@ -510,7 +511,7 @@ def test_a_rollout_actor_loaded_with_anothers_state_samples_what_it_would_have()
 def test_a_rollout_actor_refuses_a_state_that_does_not_fit_in_one_line(damage, message):
     from drlcli.errors import CheckpointError
 
-    actor = MuJoCoActor(3, ENV, SPEC, PARAMS, gamma=0.99)
+    actor = MuJoCoActor(RolloutActorContext(3, ENV, SPEC, PARAMS, gamma=0.99))
     try:
         state = actor.state_dict()
         damage(state)
@@ -676,7 +677,7 @@ def test_the_warm_up_draws_its_actions_over_the_whole_box_from_the_actors_own_se
     import os
 
     def warm_up(actor_id: int) -> tuple[dict, np.ndarray]:
-        actor = MuJoCoActor(actor_id, ENV, SPEC, PARAMS, gamma=0.99)
+        actor = MuJoCoActor(RolloutActorContext(actor_id, ENV, SPEC, PARAMS, gamma=0.99))
         taken, step = [], actor.envs.step
         actor.envs.step = lambda actions: (taken.append(np.array(actions)), step(actions))[1]
         try:
@@ -716,7 +717,7 @@ def offset_spec(offset: float):
 @pytest.mark.parametrize("make_spec", [lambda: shifted_spec(2.0, 3.0), lambda: offset_spec(2.0)])
 def test_a_subclass_of_the_built_in_actor_samples_as_its_own_module(make_spec):
     spec = make_spec()
-    actor = MuJoCoActor(0, ENV, spec, PARAMS, gamma=0.99)
+    actor = MuJoCoActor(RolloutActorContext(0, ENV, spec, PARAMS, gamma=0.99))
     try:
         network = Learner(spec, 4, 1, PARAMS, seed=0).network_state()
         trajectory, _ = actor.sample(network, 20, 0.99, 0.95, None)
@@ -731,12 +732,12 @@ def test_a_rollout_actor_refuses_a_policy_whose_actions_leave_the_environments_b
 
     # Its own bounds are [-5, 5], InvertedPendulum's [-3, 3]; its mean sits at 4.
     with pytest.raises(PolicyActorContractError, match="outside the environment's action_high 3"):
-        MuJoCoActor(0, ENV, shifted_spec(4.0, 5.0), PARAMS, gamma=0.99)
+        MuJoCoActor(RolloutActorContext(0, ENV, shifted_spec(4.0, 5.0), PARAMS, gamma=0.99))
 
 
 def test_a_rollout_actor_without_reward_scaling_carries_no_discounted_returns():
     params = dataclasses.replace(PARAMS, normalize_rewards=False)
-    actor = MuJoCoActor(0, ENV, SPEC, params, gamma=0.99)
+    actor = MuJoCoActor(RolloutActorContext(0, ENV, SPEC, params, gamma=0.99))
     try:
         state = actor.state_dict()
         assert state["discounted_return"] is None and state["actor_id"] == 0
@@ -748,7 +749,7 @@ def test_a_rollout_actor_without_reward_scaling_carries_no_discounted_returns():
 def one_rollout(env, params, steps, obs_rms=None):
     """``(trajectory, stats, the reward scaler)`` of one ``steps``-step sample of a fresh
     rollout actor with a fresh learner's networks."""
-    actor = MuJoCoActor(0, env, SPEC, params, gamma=0.99)
+    actor = MuJoCoActor(RolloutActorContext(0, env, SPEC, params, gamma=0.99))
     try:
         network = Learner(SPEC, 4, 1, params, seed=0).network_state()
         return (*actor.sample(network, steps, 0.99, 0.95, obs_rms), actor.reward_scaler)
@@ -806,7 +807,7 @@ def ranged_sample(mean: float, low: float, high: float, **params_changes):
     params = dataclasses.replace(PARAMS, **params_changes)
     env = dataclasses.replace(RANGED, kwargs={"low": [low], "high": [high]})
     spec = gaussian_actor_spec(params, [low], [high])
-    actor = MuJoCoActor(0, env, spec, params, gamma=0.0)
+    actor = MuJoCoActor(RolloutActorContext(0, env, spec, params, gamma=0.0))
     state = Learner(spec, 3, 1, params, seed=0).network_state()
     state["actor"]["mean_network.4.weight"] = torch.zeros(1, 16)
     state["actor"]["mean_network.4.bias"] = torch.tensor([mean])
@@ -835,7 +836,7 @@ def test_scaled_rewards_are_clipped_on_both_sides():
 def test_a_rollout_actor_runs_one_torch_thread_and_asks_a_custom_actor_for_samples():
     threads = torch.get_num_threads()
     try:
-        actor = MuJoCoActor(0, ENV, shifted_spec(0.0, 3.0), PARAMS, gamma=0.99)
+        actor = MuJoCoActor(RolloutActorContext(0, ENV, shifted_spec(0.0, 3.0), PARAMS, gamma=0.99))
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(threads)
@@ -856,7 +857,7 @@ def test_a_rollout_actor_runs_one_torch_thread_and_asks_a_custom_actor_for_sampl
 
 
 def test_rollout_actor_states_hold_their_keys_and_load_discounted_returns_as_float64():
-    actor = MuJoCoActor(0, ENV, SPEC, PARAMS, gamma=0.99)
+    actor = MuJoCoActor(RolloutActorContext(0, ENV, SPEC, PARAMS, gamma=0.99))
     try:
         warm = actor.warm_up_observations(4)
         assert set(warm) == {"actor_id", "process_id", "obs_rms_moments"}
@@ -879,7 +880,11 @@ def test_rollout_actor_states_hold_their_keys_and_load_discounted_returns_as_flo
         assert actor.state_dict()["reward_scaler"]["abs_max"] == 9.0
     finally:
         actor.close()
-    unscaled = MuJoCoActor(0, ENV, SPEC, dataclasses.replace(PARAMS, normalize_rewards=False), 0.99)
+    unscaled = MuJoCoActor(
+        RolloutActorContext(
+            0, ENV, SPEC, dataclasses.replace(PARAMS, normalize_rewards=False), 0.99
+        )
+    )
     try:  # a state with discounted returns loads into a rollout actor without reward scaling
         assert unscaled.load_state_dict(state)["actor_id"] == 0
         assert unscaled.reward_scaler is None

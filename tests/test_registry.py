@@ -12,6 +12,7 @@ import pytest
 from drlcli.algos.registry import ALGORITHMS, BUILTIN_BUILDERS, actor_kind, get_algorithm
 from drlcli.config import Config, EnvConfig, EvaluationConfig
 from drlcli.errors import ConfigError
+from drlcli.runtime.training import round_loop_class
 
 PACKAGE = Path(__file__).resolve().parent.parent / "drlcli"
 METHOD = (PACKAGE.parent / "Method.md").read_text()
@@ -68,7 +69,7 @@ def test_each_entry_is_complete_and_consistent(algorithm):
     assert algorithm.learner_state_keys and "actor" in algorithm.learner_state_keys
     assert algorithm.metrics and all(algorithm.metrics.values())
     algorithm.check_params(params)  # the defaults pass their own rules
-    loop = algorithm.load_round_loop()
+    loop = round_loop_class(algorithm)
     assert callable(loop.run_round) and callable(loop.checkpoint_parts)
     if algorithm.replay_saving is not None:
         assert callable(loop.save_replay) and callable(loop.load_replay)

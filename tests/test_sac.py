@@ -14,8 +14,9 @@ import torch
 
 from drlcli.actors.contract import validate_policy_actor
 from drlcli.actors.spec import ActorConfig
+from drlcli.algos.entry_types import OffPolicy
 from drlcli.algos.sac.actor import build_sac_actor
-from drlcli.algos.sac.algorithm import SAC, critic_problem, sac_actor_spec
+from drlcli.algos.sac.algorithm import CRITICS, SAC, sac_actor_spec
 from drlcli.algos.sac.learner import SACLearner, sac_target_entropy, soft_q_target
 from drlcli.algos.sac.params import SACParams
 from drlcli.errors import TrainingError
@@ -230,18 +231,18 @@ def test_a_loaded_learner_continues_exactly():
 
 def test_resume_check_names_the_q_network_widths_the_config_cannot_take():
     state = make_learner().state_dict()
-    assert critic_problem(SMALL, state, 5, 2) is None
+    assert CRITICS.resume_problem(SMALL, state, 5, 2) is None
     wider = dataclasses.replace(SMALL, hidden_sizes=(32, 16))
-    assert "algo_params.hidden_sizes [32, 16]" in critic_problem(wider, state, 5, 2)
+    assert "algo_params.hidden_sizes [32, 16]" in CRITICS.resume_problem(wider, state, 5, 2)
     state["target_critic"] = {"x": [1.0]}
-    assert critic_problem(SMALL, state, 5, 2) == (
+    assert CRITICS.resume_problem(SMALL, state, 5, 2) == (
         "its target_critic is not a state dict of tensors; the file is damaged"
     )
 
 
 def test_the_entry_declares_the_off_policy_learner_and_the_state_it_checkpoints():
     learner = SAC.off_policy
-    assert learner is not None and learner.learner.endswith(":build_sac_learner")
+    assert isinstance(SAC.training, OffPolicy) and learner is SAC.training
     state = make_learner().state_dict()
     assert set(SAC.learner_state_keys) - {"return_scaler", "transitions"} <= set(state)
     assert set(learner.network_keys) <= set(state)
@@ -354,14 +355,13 @@ def _same(a, b) -> bool:
 
 
 def test_a_learner_process_builds_its_sac_learner_from_the_context():
-    from drlcli.algos.entry_types import LearnerContext
+    from drlcli.algos.entry_types import LearnerContext, RoundPlan
     from drlcli.env_facts import EnvFacts
 
     spec = sac_actor_spec(SMALL, LOW, HIGH)
     facts = EnvFacts("task", 5, 2, np.array(LOW), np.array(HIGH))
-    learner = SAC.off_policy.build_learner(
-        LearnerContext(spec, facts, SMALL, 0.9, 1000, 1, "cpu", 7)
-    )
+    context = LearnerContext(spec, facts, SMALL, 0.9, 1000, 1, "cpu", 7, RoundPlan(1, 1000))
+    learner = SAC.off_policy.learner(context)
     direct = SACLearner(spec, 5, 2, LOW, HIGH, SMALL, 0.9, "cpu", seed=7)
     assert isinstance(learner, SACLearner) and learner.gamma == 0.9 and learner.params is SMALL
     assert learner.target_entropy == direct.target_entropy

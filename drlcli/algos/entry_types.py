@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -47,6 +46,7 @@ class LearnerContext:
         learners: the learners of the run (data-parallel ones update together).
         device: ``cpu`` or ``cuda``.
         seed: this learner's seed (initialisation, sampling).
+        plan: the run's rounds (a learner that keeps its schedules by rounds: PPO's).
     """
 
     spec: ActorSpec
@@ -57,6 +57,7 @@ class LearnerContext:
     learners: int
     device: str
     seed: int
+    plan: RoundPlan
 
 
 @dataclass(frozen=True)
@@ -82,23 +83,29 @@ class MemoryNeed:
 
 
 @dataclass(frozen=True)
+class PPORounds:
+    """How PPO trains (``runtime/ppo_loop.py``'s ``PPORoundLoop``): rollout actors
+    (``MuJoCoActor``) sample with their learner's policy and compute GAE, each learner trains on
+    its own rollout actors' trajectories, a parameter server merges the observation statistics
+    and averages the learners' networks every ``param_sync_interval`` rounds."""
+
+
+@dataclass(frozen=True)
 class OffPolicy:
-    """What the shared off-policy layer (``drlcli/off_policy/``, ``runtime/off_policy_loop.py``)
-    needs of a replay-based algorithm; its params are ``OffPolicyParams``.
+    """How a replay-based algorithm trains on the shared off-policy layer (``drlcli/off_policy/``,
+    ``runtime/off_policy_loop.py``'s ``OffPolicyRoundLoop``); its params are
+    ``OffPolicyParams``.
 
     Attributes:
-        learner: ``"module:callable"``, ``(LearnerContext) -> OffPolicyLearner``: the learner,
-            built in its Ray process (imported there).
+        learner: ``(LearnerContext) -> OffPolicyLearner``: the learner, built in its Ray
+            process (a function of the algorithm's entry that imports its learner module there:
+            the registry imports no torch).
         network_keys: the entries of a learner state that are networks (averaged when a run
             resumes under another learner count; the rest comes from learner 0).
     """
 
-    learner: str
+    learner: Callable[[LearnerContext], Any]
     network_keys: tuple[str, ...]
-
-    def build_learner(self, context: LearnerContext) -> Any:
-        module_name, attribute = self.learner.split(":", 1)
-        return getattr(importlib.import_module(module_name), attribute)(context)
 
 
 @dataclass(frozen=True)
@@ -112,7 +119,8 @@ class Algorithm:
         builtin_builder: ``"module:callable"`` of its built-in policy actor.
         actor_spec: ``(params, action_low, action_high) -> ActorSpec``: the run's policy actor
             (built-in, or a custom one the params name).
-        round_loop: ``"module:Class"`` of its ``RoundLoop`` (imported only when training).
+        training: how it trains, which decides its round loop (``runtime/training.py``'s
+            ``round_loop_class``): ``PPORounds``, or ``OffPolicy`` with its learner.
         learner_state_keys: what every entry of a checkpoint's ``learner_states`` must hold.
         metrics: its CSV columns after the common ones, in order, each with its meaning.
         observation_clip: ``params -> clip`` when it standardises observations with running
@@ -140,8 +148,6 @@ class Algorithm:
             whose round loop implements ``ReplaySaving``; None when it cannot.
         memory_needs: ``(params, RunShape) -> [MemoryNeed]``: its large allocations (rollouts,
             replay buffers, networks beyond the policy actor), checked before anything starts.
-        off_policy: for a replay-based algorithm whose round loop is the shared
-            ``OffPolicyRoundLoop``: its learner and network keys; None otherwise.
     """
 
     name: str
@@ -149,7 +155,7 @@ class Algorithm:
     params_type: type
     builtin_builder: str
     actor_spec: Callable[[Any, Sequence[float], Sequence[float]], ActorSpec]
-    round_loop: str
+    training: PPORounds | OffPolicy
     learner_state_keys: tuple[str, ...]
     metrics: dict[str, str]
     observation_clip: Callable[[Any], float | None]
@@ -166,9 +172,8 @@ class Algorithm:
     check_actor: Callable[[Any, int, int], None] = lambda actor, obs_dim, action_dim: None
     replay_saving: Callable[[Any], bool] | None = None
     memory_needs: Callable[[Any, RunShape], list[MemoryNeed]] = lambda params, shape: []
-    off_policy: OffPolicy | None = None
 
-    def load_round_loop(self) -> type:
-        """The ``RoundLoop`` class (imports Ray)."""
-        module_name, attribute = self.round_loop.split(":", 1)
-        return getattr(importlib.import_module(module_name), attribute)
+    @property
+    def off_policy(self) -> OffPolicy | None:
+        """Its ``OffPolicy`` part when it trains on the off-policy layer, else None."""
+        return self.training if isinstance(self.training, OffPolicy) else None

@@ -12,16 +12,16 @@ from typing import Any
 
 import numpy as np
 
-from drlcli.config import EnvConfig
 from drlcli.envs import EnvBatch
+from drlcli.runtime.run_context import RolloutActorContext
 
 
 class EnvStepper:
     """Rollout actor ``actor_id`` of an off-policy run: ``num_envs`` environments and no policy (the
     learner chooses its actions)."""
 
-    def __init__(self, actor_id: int, env_config: EnvConfig) -> None:
-        self.envs = EnvBatch.for_rollout_actor(env_config, actor_id)
+    def __init__(self, context: RolloutActorContext) -> None:
+        self.envs = EnvBatch.for_rollout_actor(context.env, context.actor_id)
 
     def observations(self) -> np.ndarray:
         return self.envs.obs.astype(np.float32)

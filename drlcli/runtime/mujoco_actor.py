@@ -13,11 +13,10 @@ import torch
 
 from drlcli.actors.contract import validate_on_policy_actor
 from drlcli.actors.gaussian import GaussianPolicyActor
-from drlcli.actors.spec import ActorSpec, build_policy_actor
+from drlcli.actors.spec import build_policy_actor
 from drlcli.algos.ppo.closed_form import DenseNetwork, array_view, gaussian_log_prob
 from drlcli.algos.ppo.networks import ValueNetwork
 from drlcli.algos.ppo.params import PPOParams
-from drlcli.config import EnvConfig
 from drlcli.envs import EnvBatch, rollout_actor_seed
 from drlcli.evaluation import EvaluationHost
 from drlcli.normalization import (
@@ -28,6 +27,7 @@ from drlcli.normalization import (
 )
 from drlcli.observations import GroupReader
 from drlcli.rollout import compute_gae, prepare_action
+from drlcli.runtime.run_context import RolloutActorContext
 
 
 def rollout_actor_states(state: dict[str, Any]) -> list[dict[str, Any]] | None:
@@ -53,21 +53,16 @@ class MuJoCoActor(EvaluationHost):
     ``EvaluationHost``, evaluates a run's final policy when the run has no evaluator).
 
     Args:
-        actor_id: index of this rollout actor (seeds its environments and sampling noise).
-        env_config: the task and how many environments to step together.
-        actor_spec: rebuilds the policy actor in this process (spawn-safe).
-        params: PPO parameters (network shape, normalisation switches).
-        gamma: discount, for reward scaling.
+        context: its id (seeds its environments and sampling noise), the task and how many
+            environments it steps together, the policy actor it rebuilds in this process
+            (spawn-safe), PPO's parameters (network shape, normalisation switches) and the
+            discount (reward scaling).
     """
 
-    def __init__(
-        self,
-        actor_id: int,
-        env_config: EnvConfig,
-        actor_spec: ActorSpec,
-        params: PPOParams,
-        gamma: float,
-    ) -> None:
+    def __init__(self, context: RolloutActorContext) -> None:
+        actor_id, env_config, actor_spec = context.actor_id, context.env, context.spec
+        params: PPOParams = context.params
+        gamma = context.gamma
         torch.set_num_threads(1)  # small networks: one thread is fastest and deterministic
         self.actor_id = actor_id
         self.params = params

@@ -18,7 +18,7 @@ from drlcli.runtime.evaluation_runner import evaluator_has_own_process
 from drlcli.runtime.ray_session import ProcessOwner, actor_id_of, process_resources
 from drlcli.runtime.ray_session import get_or_raise as _get
 from drlcli.runtime.restarts import RestartCounter, restartable_actor_options
-from drlcli.runtime.run_context import RunContext
+from drlcli.runtime.run_context import OffPolicyWorkerContext, RunContext
 
 
 class OffPolicyRoundLoop:
@@ -59,7 +59,7 @@ class OffPolicyRoundLoop:
             started(
                 ray.remote(EnvStepper)
                 .options(**resources.rollout_actor, **restartable)
-                .remote(index, config.env)
+                .remote(run.rollout_actor_context(index))
             )
             for index in range(topology.num_actors)
         ]
@@ -71,12 +71,14 @@ class OffPolicyRoundLoop:
                     ray.remote(OffPolicyLearnerWorker)
                     .options(**resources.learner)
                     .remote(
-                        run.learner_context(learner_index),
-                        self.off_policy,
-                        [self.steppers[index] for index in owned],
-                        config.env.num_envs,
-                        resources.learner_torch_threads,
-                        RestartCounter(config.max_rollout_actor_restarts, owned),
+                        OffPolicyWorkerContext(
+                            learner=run.learner_context(learner_index),
+                            training=self.off_policy,
+                            steppers=[self.steppers[index] for index in owned],
+                            envs_per_stepper=config.env.num_envs,
+                            torch_threads=resources.learner_torch_threads,
+                            restarts=RestartCounter(config.max_rollout_actor_restarts, owned),
+                        )
                     )
                 )
             )

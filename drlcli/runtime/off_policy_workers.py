@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from drlcli.algos.entry_types import LearnerContext, OffPolicy
 from drlcli.evaluation import EvaluationHost
 from drlcli.off_policy.collector import OffPolicyCollector, OffPolicyLearner
 from drlcli.off_policy.data_parallel import DataParallelGroup, open_store
@@ -24,6 +23,7 @@ from drlcli.runtime.ray_session import (
     get_when_restarted,
 )
 from drlcli.runtime.restarts import RestartCounter
+from drlcli.runtime.run_context import OffPolicyWorkerContext
 
 
 class RayStepperPool:
@@ -176,36 +176,25 @@ class OffPolicyLearnerWorker(DataParallelMember, EvaluationHost):
     (EvaluationHost).
 
     Args:
-        context: what the learner is built from.
-        off_policy: the algorithm's ``OffPolicy`` entry (which learner to build).
-        stepper_handles, num_envs_per_stepper: this learner's rollout actors and their envs.
-        torch_threads: torch threads of this process.
-        restarts: counts this learner's rollout-actor restarts against the run's limit.
+        context: its learner's context, the algorithm's ``OffPolicy`` part, its rollout
+            actors' handles and environments, its torch threads and restart counter.
     """
 
-    def __init__(
-        self,
-        context: LearnerContext,
-        off_policy: OffPolicy,
-        stepper_handles: list[Any],
-        num_envs_per_stepper: int,
-        torch_threads: int = 1,
-        restarts: RestartCounter | None = None,
-    ) -> None:
+    def __init__(self, context: OffPolicyWorkerContext) -> None:
         # Ray would pin this process to one thread; the learners' networks gain from more, and
         # the rollout actors sit mostly idle while the learner updates.
-        torch.set_num_threads(torch_threads)
-        self.restarts = restarts or RestartCounter(0, list(range(len(stepper_handles))))
-        facts = context.facts
+        torch.set_num_threads(context.torch_threads)
+        self.restarts = context.restarts
+        learner, facts = context.learner, context.learner.facts
         self.collector = OffPolicyCollector(
-            off_policy.build_learner(context),
-            RayStepperPool(stepper_handles, num_envs_per_stepper, self.restarts),
-            context.params,
+            context.training.learner(learner),
+            RayStepperPool(context.steppers, context.envs_per_stepper, self.restarts),
+            learner.params,
             facts.action_low.tolist(),
             facts.action_high.tolist(),
             facts.obs_dim,
-            context.gamma,
-            context.seed,
+            learner.gamma,
+            learner.seed,
             facts.observation_groups,
         )
 

@@ -42,7 +42,7 @@ class PPORoundLoop:
         from drlcli.runtime.parameter_server import ParameterServer
         from drlcli.runtime.ppo_workers import PPOLearnerWorker
 
-        config, topology, spec, facts = run.config, run.topology, run.spec, run.facts
+        config, topology = run.config, run.topology
         stored = run.stored
         self.config, self.topology = config, topology
         params = config.algo_params
@@ -56,20 +56,12 @@ class PPORoundLoop:
         self.parameter_server = started(
             ray.remote(ParameterServer).options(num_cpus=0).remote(stored_rms)
         )
+        # PPO's learners start identical, from one seed (parameter averaging keeps them close):
+        # each is built from learner 0's context.
+        learner_context = run.learner_context(0)
         self.learners = [
             started(
-                ray.remote(PPOLearnerWorker)
-                .options(**resources.learner)
-                .remote(
-                    spec,
-                    facts.obs_dim,
-                    facts.action_dim,
-                    params,
-                    topology.learner_device,
-                    config.env.seed,
-                    run.plan,
-                    facts.observation_groups,
-                )
+                ray.remote(PPOLearnerWorker).options(**resources.learner).remote(learner_context)
             )
             for _ in range(topology.num_learners)
         ]
@@ -78,7 +70,7 @@ class PPORoundLoop:
             started(
                 ray.remote(MuJoCoActor)
                 .options(**resources.rollout_actor, **restartable)
-                .remote(index, config.env, spec, params, config.gamma)
+                .remote(run.rollout_actor_context(index))
             )
             for index in range(topology.num_actors)
         ]

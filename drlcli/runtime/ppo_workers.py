@@ -13,31 +13,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from drlcli.actors.spec import ActorSpec
-from drlcli.algos.entry_types import RoundPlan
-from drlcli.algos.ppo.learner import Learner
-from drlcli.algos.ppo.params import PPOParams
-from drlcli.observations import ObservationGroups
+from drlcli.algos.entry_types import LearnerContext
+from drlcli.algos.ppo.learner import build_ppo_learner
 
 
 class PPOLearnerWorker:
     """One PPO learner in its own process: add a round's trajectories, train, report."""
 
-    def __init__(
-        self,
-        actor_spec: ActorSpec,
-        obs_dim: int,
-        action_dim: int,
-        params: PPOParams,
-        device: str,
-        seed: int,
-        plan: RoundPlan,
-        groups: ObservationGroups | None = None,
-    ) -> None:
+    def __init__(self, context: LearnerContext) -> None:
         torch.set_num_threads(1)  # 64x64 networks: more threads only add overhead
-        self.learner = Learner(
-            actor_spec, obs_dim, action_dim, params, device, seed, plan=plan, groups=groups
-        )
+        self.learner = build_ppo_learner(context)
 
     def train_round(
         self, *trajectories: dict[str, np.ndarray]

@@ -1,6 +1,8 @@
-"""What a run's round loop is built from and what it offers the driver: ``RunContext`` (decided
-by the driver before any process starts), the ``RoundLoop`` protocol each algorithm's runtime
-implements, and its optional capabilities (``HasEvaluationHost``, ``ReplaySaving``)."""
+"""What a run's processes are built from and what its round loop offers the driver:
+``RunContext`` (decided by the driver before any process starts) and the one record each process
+class is constructed from (``LearnerContext``, ``RolloutActorContext``,
+``OffPolicyWorkerContext``); the ``RoundLoop`` protocol each algorithm's runtime implements, and
+its optional capabilities (``HasEvaluationHost``, ``ReplaySaving``)."""
 
 from __future__ import annotations
 
@@ -8,12 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from drlcli.algos.entry_types import LearnerContext, RoundPlan
+from drlcli.algos.entry_types import LearnerContext, OffPolicy, RoundPlan
+from drlcli.runtime.restarts import RestartCounter
 
 if TYPE_CHECKING:
     from drlcli.actors.spec import ActorSpec
     from drlcli.checkpoints.record import Checkpoint
-    from drlcli.config import Config
+    from drlcli.config import Config, EnvConfig
     from drlcli.env_facts import EnvFacts
     from drlcli.topology import TrainingTopology
 
@@ -52,7 +55,55 @@ class RunContext:
             learners=self.topology.num_learners,
             device=self.topology.learner_device,
             seed=self.config.env.seed + learner_index,
+            plan=self.plan,
         )
+
+    def rollout_actor_context(self, actor_id: int) -> RolloutActorContext:
+        """What rollout actor ``actor_id``'s process is built from."""
+        return RolloutActorContext(
+            actor_id, self.config.env, self.spec, self.config.algo_params, self.config.gamma
+        )
+
+
+@dataclass(frozen=True)
+class RolloutActorContext:
+    """What a rollout actor's process is built from: PPO's ``MuJoCoActor`` uses all of it, an
+    off-policy ``EnvStepper`` (no policy) its id and environments.
+
+    Attributes:
+        actor_id: its index in the topology (seeds its environments and generators).
+        env: the task's config (id, kwargs, ``num_envs``, seed, wrappers, ...).
+        spec: the policy actor it samples with.
+        params: the algorithm's ``algo_params``.
+        gamma: discount (GAE, reward scaling).
+    """
+
+    actor_id: int
+    env: EnvConfig
+    spec: ActorSpec
+    params: Any
+    gamma: float
+
+
+@dataclass(frozen=True)
+class OffPolicyWorkerContext:
+    """What an off-policy learner's process (``OffPolicyLearnerWorker``) is built from.
+
+    Attributes:
+        learner: what its learner is built from.
+        training: the algorithm's ``OffPolicy`` part (which learner to build).
+        steppers: its rollout actors' Ray handles (``EnvStepper``), in topology order.
+        envs_per_stepper: environments of each.
+        torch_threads: torch threads of the process.
+        restarts: counts its rollout actors' restarts against the run's limit.
+    """
+
+    learner: LearnerContext
+    training: OffPolicy
+    steppers: list[Any]
+    envs_per_stepper: int
+    torch_threads: int
+    restarts: RestartCounter
 
 
 class RoundLoop(Protocol):

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
-from drlcli.algos.entry_types import Algorithm, RoundPlan
+from drlcli.algos.entry_types import Algorithm, OffPolicy, PPORounds, RoundPlan
 from drlcli.atomic import remove_leftovers
 from drlcli.checkpoints.checks import non_finite_tensors
 from drlcli.checkpoints.record import BEST_BY_TRAINING_RETURN, Checkpoint, RunProgress
@@ -156,7 +156,7 @@ class TrainingRun:
         if options.address and options.devices is None:  # the cluster's GPUs, not the driver's
             topology = resolve_for(config, _cluster_devices())
             check_learner_device(algorithm, config, actor, topology)
-        evaluator_process = evaluator_has_own_process(config, algorithm.load_round_loop())
+        evaluator_process = evaluator_has_own_process(config, round_loop_class(algorithm))
         resources = process_resources(
             topology, evaluator_process, concurrent_runs=options.concurrent_runs
         )
@@ -173,7 +173,7 @@ class TrainingRun:
             config, actor.spec, resources.rollout_actor, self.progress.env_steps
         )
         stack.callback(evaluator.close)
-        loop = algorithm.load_round_loop()(
+        loop = round_loop_class(algorithm)(
             RunContext(
                 config, topology, actor.spec, checked.facts, plan, stored, options.concurrent_runs
             )
@@ -416,6 +416,20 @@ class RoundsRun:
                 f"warning: env.success_key {key!r}: none of the {row['episodes']} episodes of "
                 f"round {round_index + 1} reported it in info; success_rate stays empty"
             )
+
+
+def round_loop_class(algorithm: Algorithm) -> type:
+    """The ``RoundLoop`` of ``algorithm``, chosen by the type of its ``training`` part (imports
+    Ray)."""
+    if isinstance(algorithm.training, OffPolicy):
+        from drlcli.runtime.off_policy_loop import OffPolicyRoundLoop
+
+        return OffPolicyRoundLoop
+    if isinstance(algorithm.training, PPORounds):
+        from drlcli.runtime.ppo_loop import PPORoundLoop
+
+        return PPORoundLoop
+    raise TypeError(f"{algorithm.name}: no round loop trains {type(algorithm.training).__name__}")
 
 
 def _cluster_devices() -> AvailableDevices:

@@ -7,12 +7,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from drlcli.actors.spec import ActorSpec, check_actor_config
-from drlcli.algos.entry_types import Algorithm, MemoryNeed, OffPolicy, RunShape
+from drlcli.algos.entry_types import LearnerContext
 from drlcli.algos.flash_sac.cuda_graph import FLASH_SAC_BUILDER, resolve_cuda_graph
 from drlcli.algos.flash_sac.params import FlashSACParams
 from drlcli.errors import ConfigError
-from drlcli.off_policy.memory_needs import replay_memory_needs
-from drlcli.off_policy.soft_actor_critic import NETWORK_KEYS, return_scaler_problem
+from drlcli.off_policy.entry import Critics, soft_actor_critic_entry
 
 
 def flash_sac_actor_spec(
@@ -66,30 +65,9 @@ def _critic_shapes(params: FlashSACParams, obs_dim: int, action_dim: int) -> dic
         return DoubleCategoricalCritic.from_params(obs_dim, action_dim, params).state_dict()
 
 
-def critic_problem(
-    params: FlashSACParams, state: dict[str, Any], obs_dim: int, action_dim: int
-) -> str | None:
-    """What keeps a stored learner state's critics from the one ``params`` build, or None:
-    a layer of another shape (``critic_hidden_dim``, ``critic_num_blocks``, ``num_bins``), or
-    another support (``v_min``, ``v_max``: the atoms are a buffer the stored state would
-    silently overwrite). The actor's widths are in the actor semantics."""
-    wanted = _critic_shapes(params, obs_dim, action_dim)
-    for key in ("critic", "target_critic"):
-        stored = state[key]
-        if not isinstance(stored, dict) or not all(hasattr(t, "shape") for t in stored.values()):
-            return f"its {key} is not a state dict of tensors; the file is damaged"
-        if set(stored) != set(wanted):
-            return (
-                f"its {key} has {len(stored)} tensors, the config builds {len(wanted)} "
-                "(algo_params.critic_num_blocks): resume with the critic it was trained with"
-            )
-        for name, tensor in wanted.items():
-            if tuple(stored[name].shape) != tuple(tensor.shape):
-                return (
-                    f"its {key}'s {name} has shape {list(stored[name].shape)}, the config builds "
-                    f"{list(tensor.shape)} (algo_params.critic_hidden_dim, critic_num_blocks, "
-                    "num_bins): resume with the critic it was trained with"
-                )
+def critic_support_problem(params: FlashSACParams, state: dict[str, Any]) -> str | None:
+    """Another support (``v_min``, ``v_max``) than the config's, with critics of the same
+    shapes: the atoms are a buffer the stored state would silently overwrite."""
     atoms = state["critic"]["atoms"]
     low, high = float(atoms[0]), float(atoms[-1])
     if abs(low - params.v_min) > 1e-6 or abs(high - params.v_max) > 1e-6:
@@ -100,41 +78,31 @@ def critic_problem(
     return None
 
 
-def flash_sac_memory_needs(params: FlashSACParams, shape: RunShape) -> list[MemoryNeed]:
-    """Every learner's replay buffer (float32 ``s, s', a, r, terminated``; twice more while it
-    is saved), and its critics: online and target, gradients and Adam's two moments."""
-    o, a, learners = shape.obs_dim, shape.action_dim, shape.num_learners
-    needs = replay_memory_needs(params, shape)
-    critic_bytes = sum(t.numel() * t.element_size() for t in _critic_shapes(params, o, a).values())
-    needs.append(
-        MemoryNeed(
-            f"{learners} learner(s)' critics with target, gradients and Adam moments",
-            5 * critic_bytes * learners,
-            "algo_params.critic_hidden_dim",
-        )
-    )
-    return needs
+CRITICS = Critics(
+    name="critics",
+    shapes=_critic_shapes,
+    widths=lambda params: "algo_params.critic_hidden_dim, critic_num_blocks, num_bins",
+    shrink="algo_params.critic_hidden_dim",
+    other_problem=critic_support_problem,
+)
 
 
-FLASH_SAC = Algorithm(
+def build_learner(context: LearnerContext) -> Any:
+    """``OffPolicy.learner``: the learner module (torch) is imported in the learner's process
+    only."""
+    from drlcli.algos.flash_sac.learner import build_flash_sac_learner
+
+    return build_flash_sac_learner(context)
+
+
+FLASH_SAC = soft_actor_critic_entry(
     name="flash_sac",
     summary="FlashSAC (arXiv 2604.04539), off-policy, distributional critic, custom actors",
     params_type=FlashSACParams,
     builtin_builder=FLASH_SAC_BUILDER,
     actor_spec=flash_sac_actor_spec,
-    round_loop="drlcli.runtime.off_policy_loop:OffPolicyRoundLoop",
-    learner_state_keys=(
-        "actor",
-        "critic",
-        "target_critic",
-        "log_temperature",
-        "actor_optimizer",
-        "critic_optimizer",
-        "temperature_optimizer",
-        "updates",
-        "return_scaler",
-        "transitions",
-    ),
+    learner=build_learner,
+    critics=CRITICS,
     metrics={
         "Loss/critic": "cross-entropy of the critic against the projected target, update mean",
         "Loss/actor": "E[alpha log pi - min Q] (without aux losses), actor-update mean",
@@ -143,21 +111,9 @@ FLASH_SAC = Algorithm(
         "entropy": "policy entropy estimate -E[log pi], actor-update mean",
         "q_mean": "mean predicted Q of replayed (s, a) in scaled-reward units",
         "learning_rate": "optimiser step size, mean over the round's updates",
-        "updates": "gradient updates this round, per learner",
-        "updates_per_second": "gradient updates per second of update time, per learner",
-        "buffer_size": "transitions in the replay buffers, all learners",
     },
-    observation_clip=lambda params: None,  # the actor's input BatchNorm normalises
     normalization_inside_actor="the actor's input BatchNorm (running statistics)",
     check_params=check_params,
     check_learner_device=resolve_cuda_graph,
-    check_learner_state=return_scaler_problem,
-    check_resume=critic_problem,
     resume_fixed_params=("critic_hidden_dim", "critic_num_blocks", "num_bins", "v_min", "v_max"),
-    replay_saving=lambda params: params.save_replay_buffer,
-    memory_needs=flash_sac_memory_needs,
-    off_policy=OffPolicy(
-        learner="drlcli.algos.flash_sac.learner:build_flash_sac_learner",
-        network_keys=NETWORK_KEYS,
-    ),
 )

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from drlcli.actors.spec import ActorSpec
-from drlcli.algos.entry_types import Algorithm, MemoryNeed, RunShape
+from drlcli.algos.entry_types import Algorithm, MemoryNeed, PPORounds, RunShape
 from drlcli.algos.ppo.params import PPOParams
 from drlcli.normalization import reward_scaler_state_problem
 
@@ -113,7 +113,7 @@ PPO = Algorithm(
     params_type=PPOParams,
     builtin_builder=GAUSSIAN_BUILDER,
     actor_spec=gaussian_actor_spec,
-    round_loop="drlcli.runtime.ppo_loop:PPORoundLoop",
+    training=PPORounds(),
     learner_state_keys=("actor", "value", "optimizer", "shuffle_generator"),
     metrics={
         "Loss/policy": "clipped surrogate loss (negated L^CLIP), minibatch mean",

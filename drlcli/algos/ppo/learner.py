@@ -27,7 +27,7 @@ from drlcli.flat_parameters import FlatParameters, check_flat_optimizer_state
 from drlcli.observations import GroupReader, ObservationGroups
 
 if TYPE_CHECKING:
-    from drlcli.algos.entry_types import RoundPlan
+    from drlcli.algos.entry_types import LearnerContext, RoundPlan
 
 
 def ppo_loss(
@@ -373,3 +373,19 @@ class Learner:
             "buffer_size": float(buffer_size),
         }
         return self.network_state(), metrics
+
+
+def build_ppo_learner(context: LearnerContext) -> Learner:
+    """The PPO learner of one learner process: the training observation's sizes and groups,
+    and the run's plan (its learning-rate schedule keeps its position by rounds)."""
+    facts = context.facts
+    return Learner(
+        context.spec,
+        facts.obs_dim,
+        facts.action_dim,
+        context.params,
+        context.device,
+        context.seed,
+        plan=context.plan,
+        groups=facts.observation_groups,
+    )
