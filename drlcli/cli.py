@@ -51,27 +51,30 @@ def _run_command(action: Callable[[], T]) -> T:
         raise typer.Exit(130) from None
 
 
-# Consent to import a checkpoint's custom actor builder (play, export).
-AllowBuilderOption = Annotated[
-    list[str] | None,
+# The Ray cluster of a run or a search (train, tune).
+AddressOption = Annotated[
+    str | None,
     typer.Option(
-        "--allow-builder",
-        metavar="MODULE",
-        help="Allow importing this custom actor builder module (repeatable).",
+        "--address",
+        envvar="RAY_ADDRESS",
+        help="Ray cluster to join (default: start a local Ray on this machine).",
     ),
 ]
 
 
-# Consent to import the module of a checkpoint's env id ``module:Task-v0`` (play, export).
-AllowEnvModuleOption = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--allow-env-module",
-        metavar="MODULE",
-        help="Allow importing this module to make the checkpoint's task 'MODULE:Task-v0' "
-        "(repeatable).",
-    ),
-]
+def _consent_option(flag: str, what: str) -> Any:
+    """A repeatable ``--allow-...`` option (play, export): consent to import a module a
+    checkpoint names, ``what`` saying which."""
+    return Annotated[
+        list[str] | None,
+        typer.Option(flag, metavar="MODULE", help=f"Allow importing {what} (repeatable)."),
+    ]
+
+
+AllowBuilderOption = _consent_option("--allow-builder", "this custom actor builder module")
+AllowEnvModuleOption = _consent_option(
+    "--allow-env-module", "this module to make the checkpoint's task 'MODULE:Task-v0'"
+)
 
 
 # Examples under each command's --help: (command line, what it does); the README shows the same
@@ -151,14 +154,7 @@ def train(
             "--dry-run", help="Validate CONFIG, print it and the topology; start nothing."
         ),
     ] = False,
-    address: Annotated[
-        str | None,
-        typer.Option(
-            "--address",
-            envvar="RAY_ADDRESS",
-            help="Ray cluster to join (default: start a local Ray on this machine).",
-        ),
-    ] = None,
+    address: AddressOption = None,
     resume: Annotated[
         Path | None,
         typer.Option("--resume", metavar="CKPT", help="Continue training from a checkpoint."),
@@ -647,14 +643,7 @@ def tune(
             "checkpoint.",
         ),
     ] = False,
-    address: Annotated[
-        str | None,
-        typer.Option(
-            "--address",
-            envvar="RAY_ADDRESS",
-            help="Ray cluster to spread the trials over (default: a local Ray).",
-        ),
-    ] = None,
+    address: AddressOption = None,
     quiet: Annotated[
         bool, typer.Option("--quiet", help="No live table of the trials; the summary only.")
     ] = False,

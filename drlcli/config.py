@@ -15,6 +15,7 @@ import math
 import re
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -479,6 +480,19 @@ def _build_dataclass(
     return cls(**values)
 
 
+# What a scalar field's YAML value must be, in the error's words, and the test of it (a YAML
+# bool is not a number here, though Python's bool is an int).
+_SCALARS: dict[type, tuple[str, Callable[[Any], bool]]] = {
+    bool: ("true or false", lambda value: isinstance(value, bool)),
+    int: ("int", lambda value: isinstance(value, int) and not isinstance(value, bool)),
+    float: (
+        "a number",
+        lambda value: isinstance(value, (int, float)) and not isinstance(value, bool),
+    ),
+    str: ("a string", lambda value: isinstance(value, str)),
+}
+
+
 def _coerce(value: Any, type_: Any, path: str) -> Any:
     origin = typing.get_origin(type_)
     args = typing.get_args(type_)
@@ -500,24 +514,13 @@ def _coerce(value: Any, type_: Any, path: str) -> Any:
         if not isinstance(value, dict):
             raise ConfigError(f"{path}: expected a mapping, got {describe_value(value)}")
         return dict(value)
-    if type_ is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{path}: expected true or false, got {describe_value(value)}")
-        return value
-    if type_ is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{path}: expected int, got {describe_value(value)}")
-        return value
-    if type_ is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{path}: expected a number, got {describe_value(value)}")
-        if not math.isfinite(value):
+    if type_ in _SCALARS:
+        expected, accepts = _SCALARS[type_]
+        if not accepts(value):
+            raise ConfigError(f"{path}: expected {expected}, got {describe_value(value)}")
+        if type_ is float and not math.isfinite(value):
             raise ConfigError(f"{path}: expected a finite number, got {value}")
-        return float(value)
-    if type_ is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{path}: expected a string, got {describe_value(value)}")
-        return value
+        return float(value) if type_ is float else value
     raise TypeError(f"unsupported config type {type_}")
 
 

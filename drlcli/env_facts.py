@@ -39,6 +39,11 @@ class EnvFacts:
         groups = self.observation_groups
         return self.obs_dim if groups is None else groups.critic_dim
 
+    @property
+    def action_bounds(self) -> tuple[list[float], list[float]]:
+        """``(low, high)`` as lists of floats: how learners and actor builders take them."""
+        return self.action_low.tolist(), self.action_high.tolist()
+
     def policy_facts(self) -> EnvFacts:
         """The spaces as the policy sees them: without groups, these facts themselves."""
         groups = self.observation_groups

@@ -1,16 +1,13 @@
 """Deterministic evaluation of a policy: ``transform(mean)`` with frozen observation statistics,
 on an environment seeded apart from training's.
 
-``FrozenPolicy`` and ``run_episodes`` run a policy's episodes (training's evaluator here,
-``drl play`` and the learning benchmark with a checkpoint's ``play.PlayPolicy``).
-
-``PolicyEvaluator`` is a plain class; the runtime runs it in its own Ray actor so that an
-evaluation overlaps the next training round.
+``FrozenPolicy`` and ``run_episodes`` run a policy's episodes (training's evaluator,
+``runtime/policy_evaluator.py``; ``drl play`` and the learning benchmark with a checkpoint's
+``play.PlayPolicy``); ``EvaluationResult`` is what an evaluation reports.
 """
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,9 +16,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from drlcli.actors.spec import ActorSpec, build_policy_actor
-from drlcli.config import EnvConfig
-from drlcli.envs import env_facts, make_task_env
 from drlcli.normalization import RmsState, normalize_observation
 from drlcli.success import ANY_STEP, EpisodeSuccess, success_rate
 
@@ -163,80 +157,3 @@ def run_episodes(
         if own_env:
             env.close()
     return results
-
-
-class PolicyEvaluator:
-    """Runs ``episodes`` deterministic episodes of given weights on its own environment.
-
-    Args:
-        env_config: the training task (id, kwargs, time limit; its seed is offset).
-        actor_spec: rebuilds the run's policy actor in this process.
-        episodes: episodes per evaluation.
-    """
-
-    def __init__(self, env_config: EnvConfig, actor_spec: ActorSpec, episodes: int) -> None:
-        torch.set_num_threads(1)  # inference on small batches: one thread, no contention
-        self.env = make_task_env(env_config.policy_view())  # what the policy alone reads
-        facts = env_facts(self.env)
-        self.actor = build_policy_actor(
-            actor_spec, facts.obs_dim, facts.action_dim, "cpu", facts.action_low, facts.action_high
-        )
-        self.seed = env_config.seed + EVALUATION_SEED_OFFSET
-        self.episodes = episodes
-        self.success = (env_config.success_key, env_config.success_when)
-
-    def evaluate(
-        self,
-        actor_state: dict[str, Any],
-        obs_rms_state: dict[str, Any] | None,
-        observation_clip: float,
-        env_steps: int,
-    ) -> EvaluationResult:
-        """Load the weights (and frozen statistics) and run the episodes."""
-        self.actor.load_state_dict(actor_state)
-        self.actor.eval()
-        obs_rms = None if obs_rms_state is None else RmsState.from_dict(obs_rms_state)
-        policy = FrozenPolicy(self.actor, obs_rms, observation_clip)
-        results = run_episodes(
-            policy, self.episodes, self.seed, deterministic=True, env=self.env, success=self.success
-        )
-        returns = tuple(r.episode_return for r in results)
-        if not all(math.isfinite(value) for value in returns):
-            raise ValueError("evaluation returned a non-finite episode return")
-        successes = tuple(r.success for r in results if r.success is not None)
-        return EvaluationResult(env_steps, returns, tuple(r.length for r in results), successes)
-
-    def close(self) -> None:
-        self.env.close()
-
-
-class EvaluationHost:
-    """Mixin of a training process class (PPO's rollout actor, the off-policy learner worker) that
-    can also evaluate, in its own process: a round loop offers one such process to the driver
-    (``HasEvaluationHost``), and a run without periodic evaluation evaluates its final policy
-    there instead of starting an evaluator process (seconds of CPU, torch's import, for one
-    evaluation). The ``PolicyEvaluator`` is built by the first call, with its own environment
-    and policy copy: the process's own environments and generators are not touched."""
-
-    _hosted_evaluator: PolicyEvaluator | None = None
-
-    def evaluate_policy(
-        self,
-        env_config: EnvConfig,
-        actor_spec: ActorSpec,
-        episodes: int,
-        actor_state: dict[str, Any],
-        obs_rms_state: dict[str, Any] | None,
-        observation_clip: float,
-        env_steps: int,
-    ) -> EvaluationResult:
-        """``PolicyEvaluator(env_config, actor_spec, episodes).evaluate(...)`` in this process."""
-        if self._hosted_evaluator is None:
-            self._hosted_evaluator = PolicyEvaluator(env_config, actor_spec, episodes)
-        return self._hosted_evaluator.evaluate(
-            actor_state, obs_rms_state, observation_clip, env_steps
-        )
-
-    def close_hosted_evaluator(self) -> None:
-        if self._hosted_evaluator is not None:
-            self._hosted_evaluator.close()

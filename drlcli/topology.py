@@ -135,11 +135,12 @@ def detect_available_devices() -> AvailableDevices:
 
 def topology_for_config(config: Any, devices: AvailableDevices) -> TrainingTopology:
     """``resolve_training_topology`` with the counts of a ``Config``."""
+    # By name: four counts of the same type side by side.
     return resolve_training_topology(
-        config.num_actors,
-        config.num_gpus,
-        config.actors_per_gpu,
-        devices.cuda_devices,
+        num_actors=config.num_actors,
+        num_gpus=config.num_gpus,
+        actors_per_gpu=config.actors_per_gpu,
+        available_gpus=devices.cuda_devices,
         mps_available=devices.mps,
         learners_on_cpu=config.learners_on_cpu,
     )

@@ -18,6 +18,7 @@ no CUDA device. Run through ``scripts/gpu_check.sh`` (under 5 minutes on one GPU
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 import tempfile
 import time
@@ -33,23 +34,16 @@ TOLERANCE = 1e-4
 
 
 def learner(graphs: bool, params, facts, total_updates: int = 1000, device: str = "cuda"):
+    from drlcli.algos.entry_types import LearnerContext, RoundPlan
     from drlcli.algos.flash_sac.algorithm import flash_sac_actor_spec
     from drlcli.algos.flash_sac.learner import FlashSACLearner
 
     params = dataclasses.replace(params, use_whole_cycle_cuda_graph=graphs)
     spec = flash_sac_actor_spec(params, facts.action_low, facts.action_high)
-    return FlashSACLearner(
-        spec,
-        facts.obs_dim,
-        facts.action_dim,
-        facts.action_low,
-        facts.action_high,
-        params,
-        0.99,
-        total_updates,
-        device,
-        seed=0,
-    )
+    # The run's env steps that plan ``total_updates`` updates for one learner.
+    env_steps = math.ceil(total_updates / params.updates_per_env_step)
+    plan = RoundPlan(1, env_steps)
+    return FlashSACLearner(LearnerContext(spec, facts, params, 0.99, env_steps, 1, device, 0, plan))
 
 
 def batches(facts, size: int, count: int):

@@ -21,11 +21,13 @@ from drlcli.algos.flash_sac.params import FlashSACParams
 from drlcli.checkpoints.files import write_checkpoint
 from drlcli.checkpoints.record import RunProgress
 from drlcli.config import config_from_dict
+from drlcli.env_facts import EnvFacts
 from drlcli.envs import env_facts, make_env
 from drlcli.export import export_onnx
 from drlcli.play import load_play_actor
 from drlcli.runtime.checkpointing import build_checkpoint
 from drlcli.runtime.probe import ProbedActor
+from tests.learner_contexts import learner_context
 from tests.range_envs import ENV_ID
 
 RANGES = {"symmetric": ([-0.4, -0.4], [0.4, 0.4]), "asymmetric": ([0.0, 0.0], [2.0, 2.0])}
@@ -35,7 +37,8 @@ SMALL = {"actor_hidden_dim": 16, "actor_num_blocks": 1, "critic_hidden_dim": 16}
 def _actor(low, high):
     params = FlashSACParams(**SMALL, critic_num_blocks=1, num_bins=11)
     spec = flash_sac_actor_spec(params, low, high)
-    learner = FlashSACLearner(spec, 3, 2, low, high, params, 0.99, total_updates=10)
+    facts = EnvFacts(ENV_ID, 3, 2, np.array(low), np.array(high))
+    learner = FlashSACLearner(learner_context(spec, facts, params, updates=10))
     return learner, spec, params
 
 

@@ -6,16 +6,20 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
 from drlcli.actors.spec import ActorSpec
 from drlcli.algos.flash_sac.learner import FlashSACLearner
 from drlcli.algos.flash_sac.params import FlashSACParams
+from drlcli.env_facts import EnvFacts
 from drlcli.runtime.off_policy_workers import DataParallelMember, form_data_parallel_group
+from tests.learner_contexts import learner_context
 
 OBS_DIM, ACTION_DIM, BATCH = 5, 2, 32
 LOW, HIGH = [-1.0, -2.0], [1.0, 2.0]
+FACTS = EnvFacts("task", OBS_DIM, ACTION_DIM, np.array(LOW), np.array(HIGH))
 SPEC = ActorSpec(
     "tests.custom_actors:build_sample_noise",
     {"action_low": LOW, "action_high": HIGH, "hidden_dim": 16, "aux_weight": 0.1},
@@ -41,9 +45,7 @@ TOLERANCE = 1e-4
 
 def learner(learners: int) -> FlashSACLearner:
     torch.set_num_threads(1)
-    return FlashSACLearner(
-        SPEC, OBS_DIM, ACTION_DIM, LOW, HIGH, PARAMS, 0.99, UPDATES, "cpu", 0, learners
-    )
+    return FlashSACLearner(learner_context(SPEC, FACTS, PARAMS, updates=UPDATES, learners=learners))
 
 
 def batches(seed: int) -> list[dict[str, torch.Tensor]]:

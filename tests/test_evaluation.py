@@ -12,8 +12,10 @@ from drlcli.algos.ppo.params import PPOParams
 from drlcli.audit import audit_checkpoint
 from drlcli.checkpoints.files import read_checkpoint
 from drlcli.config import EnvConfig, config_from_dict, load_config
-from drlcli.evaluation import EVALUATION_SEED_OFFSET, PolicyEvaluator
+from drlcli.evaluation import EVALUATION_SEED_OFFSET
 from drlcli.metrics.csv_file import read_metrics
+from drlcli.runtime.policy_evaluator import PolicyEvaluator
+from drlcli.runtime.run_context import EvaluatorContext
 from drlcli.runtime.training import train
 from drlcli.topology import AvailableDevices
 from tests.range_envs import SLOW_EVALUATION_ENV_ID
@@ -25,7 +27,7 @@ def test_the_evaluator_is_deterministic_and_seeded_apart_from_training():
     params = PPOParams(hidden_sizes=(8, 8))
     spec = gaussian_actor_spec(params, [-3.0], [3.0])
     env = EnvConfig(id="InvertedPendulum-v5", seed=4, max_episode_steps=50)
-    evaluator = PolicyEvaluator(env, spec, episodes=3)
+    evaluator = PolicyEvaluator(EvaluatorContext(env, spec, episodes=3))
     assert evaluator.seed == 4 + EVALUATION_SEED_OFFSET
     weights = Learner(spec, 4, 1, params).network_state()["actor"]
     first = evaluator.evaluate(weights, None, 10.0, env_steps=512)

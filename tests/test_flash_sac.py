@@ -33,9 +33,11 @@ from drlcli.algos.flash_sac.learner import (
 )
 from drlcli.algos.flash_sac.params import FlashSACParams
 from drlcli.config import EnvConfig, config_from_dict
+from drlcli.env_facts import EnvFacts
 from drlcli.errors import ConfigError, PolicyActorContractError, TrainingError
 from drlcli.off_policy.replay import TransitionReplay
 from drlcli.runtime.run_context import RolloutActorContext
+from tests.learner_contexts import learner_context
 
 
 def stepper_context(actor_id: int, env: EnvConfig) -> RolloutActorContext:
@@ -44,6 +46,8 @@ def stepper_context(actor_id: int, env: EnvConfig) -> RolloutActorContext:
 
 
 LOW, HIGH = [-1.0, 0.0], [1.0, 4.0]  # a non-symmetric range: the affine part matters
+FACTS = EnvFacts("task", 5, 2, np.array(LOW), np.array(HIGH))
+WIDE_FACTS = EnvFacts("task", 4, 1, np.array([-3.0]), np.array([3.0]))
 SMALL = FlashSACParams(
     batch_size=32,
     actor_hidden_dim=16,
@@ -63,7 +67,7 @@ def make_actor(**kwargs):
 
 def make_learner(params=SMALL, seed=0):
     spec = flash_sac_actor_spec(params, LOW, HIGH)
-    return FlashSACLearner(spec, 5, 2, LOW, HIGH, params, 0.99, total_updates=100, seed=seed)
+    return FlashSACLearner(learner_context(spec, FACTS, params, seed=seed))
 
 
 def random_batch(size=32, seed=0):
@@ -480,7 +484,7 @@ def test_the_collector_runs_in_process_with_a_local_stepper_pool():
     )
     params = dataclasses.replace(SMALL, warmup_steps=16, batch_size=8, updates_per_env_step=0.5)
     spec = flash_sac_actor_spec(params, [-3.0], [3.0])
-    learner = FlashSACLearner(spec, 4, 1, [-3.0], [3.0], params, 0.99, 100)
+    learner = FlashSACLearner(learner_context(spec, WIDE_FACTS, params))
     collector = OffPolicyCollector(learner, steppers, params, [-3.0], [3.0], 4, 0.99)
     stats, metrics = collector.run(10)
     assert collector.transitions == 40 and metrics["buffer_size"] == 40.0
@@ -564,7 +568,7 @@ def test_the_collector_drops_the_transitions_of_a_restarted_stepper():
     )
     params = dataclasses.replace(SMALL, warmup_steps=100, batch_size=8)
     spec = flash_sac_actor_spec(params, [-3.0], [3.0])
-    learner = FlashSACLearner(spec, 4, 1, [-3.0], [3.0], params, 0.99, 100)
+    learner = FlashSACLearner(learner_context(spec, WIDE_FACTS, params))
     collector = OffPolicyCollector(learner, steppers, params, [-3.0], [3.0], 4, 0.99)
     collector.run(3)
     assert collector.transitions == 10 and len(collector.replay) == 10  # 12 stepped, 2 lost
@@ -773,13 +777,13 @@ def test_a_learner_defaults_to_seed_0_and_plans_at_least_one_update():
     from drlcli.algos.flash_sac.learner import cosine_learning_rate
 
     spec = flash_sac_actor_spec(SMALL, LOW, HIGH)
-    default = FlashSACLearner(spec, 5, 2, LOW, HIGH, SMALL, 0.99, total_updates=100)
+    default = FlashSACLearner(learner_context(spec, FACTS, SMALL))
     seeded = make_learner(seed=0)
     for mine, theirs in zip(default.actor.parameters(), seeded.actor.parameters(), strict=True):
         assert torch.equal(mine, theirs)
     params = dataclasses.replace(SMALL, learning_rate=1e-3, learning_rate_end=1e-4)
     for planned in (0, 1):  # a budget of no update plans one: the schedule ends after it
-        learner = FlashSACLearner(spec, 5, 2, LOW, HIGH, params, 0.99, total_updates=planned)
+        learner = FlashSACLearner(learner_context(spec, FACTS, params, updates=planned))
         assert learner.total_updates == 1
         rates = [learner.update(random_batch())["learning_rate"] for _ in range(2)]
         assert rates == [1e-3, cosine_learning_rate(1e-3, 1e-4, 1.0)]
@@ -808,7 +812,7 @@ def test_a_learner_refuses_an_actor_whose_actions_leave_the_environments_box(low
     """The custom actor's own box is wider than the env's (LOW, HIGH) on one side."""
     spec = ActorSpec("tests.custom_actors:build", {"action_low": low, "action_high": high})
     with pytest.raises(PolicyActorContractError, match=f"outside the environment's {side}"):
-        FlashSACLearner(spec, 5, 2, LOW, HIGH, SMALL, 0.99, total_updates=10)
+        FlashSACLearner(learner_context(spec, FACTS, SMALL, updates=10))
 
 
 def test_replay_sampling_defaults_to_seed_0_and_forward_to_evaluation_mode():
@@ -857,16 +861,15 @@ def test_a_learner_process_builds_its_learner_from_the_context():
 
     from drlcli.algos.entry_types import LearnerContext, RoundPlan
     from drlcli.algos.flash_sac.algorithm import FLASH_SAC
-    from drlcli.env_facts import EnvFacts
 
     params = dataclasses.replace(SMALL, updates_per_env_step=0.5)
     spec = flash_sac_actor_spec(params, LOW, HIGH)
-    facts = EnvFacts("task", 5, 2, np.array(LOW), np.array(HIGH))
-    context = LearnerContext(spec, facts, params, 0.9, 1001, 2, "cpu", 7, RoundPlan(1, 1001))
+    context = LearnerContext(spec, FACTS, params, 0.9, 1001, 2, "cpu", 7, RoundPlan(1, 1001))
     learner = FLASH_SAC.off_policy.learner(context)
     assert learner.total_updates == math.ceil(1001 / 2 * 0.5) == 251
     assert learner.gamma == 0.9 and learner.params is params
-    direct = FlashSACLearner(spec, 5, 2, LOW, HIGH, params, 0.9, 251, "cpu", seed=7, learners=2)
+    assert isinstance(learner, FlashSACLearner) and learner.uses_cuda_graph is False
+    direct = FlashSACLearner(context)
     assert learner.target_entropy == direct.target_entropy
     ours, theirs = learner.network_state(), direct.network_state()
     for network in ("actor", "critic", "target_critic"):

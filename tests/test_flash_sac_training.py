@@ -10,10 +10,12 @@ from drlcli.audit import audit_checkpoint
 from drlcli.checkpoints.files import load_payload, read_checkpoint
 from drlcli.config import load_config
 from drlcli.errors import ConfigError, SemanticsError
-from drlcli.evaluation import PolicyEvaluator, run_episodes
+from drlcli.evaluation import run_episodes
 from drlcli.export import export_onnx
 from drlcli.metrics.csv_file import read_metrics
 from drlcli.play import load_play_actor
+from drlcli.runtime.policy_evaluator import PolicyEvaluator
+from drlcli.runtime.run_context import EvaluatorContext
 from drlcli.runtime.training import train
 from drlcli.topology import AvailableDevices
 from tests.conftest import copy_run_outputs
@@ -92,7 +94,9 @@ def test_flash_sac_trains_writes_metrics_and_a_playable_exportable_checkpoint(tw
     # The final evaluation (made in learner 0's process) is PolicyEvaluator's.
     latest = read_checkpoint(config.checkpoint_path)
     spec = ActorSpec(latest.actor_semantics["builder"], latest.actor_semantics["kwargs"])
-    expected = PolicyEvaluator(config.env, spec, config.evaluation.episodes).evaluate(
+    expected = PolicyEvaluator(
+        EvaluatorContext(config.env, spec, config.evaluation.episodes)
+    ).evaluate(
         latest.actor, latest.obs_rms_state, latest.observation_clip, latest.progress.env_steps
     )
     assert latest.evaluation == expected.to_dict()

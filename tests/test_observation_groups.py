@@ -445,13 +445,16 @@ def test_an_off_policy_update_feeds_the_actor_the_policy_group_and_the_critic_it
     from drlcli.algos.sac.algorithm import sac_actor_spec
     from drlcli.algos.sac.learner import SACLearner
     from drlcli.algos.sac.params import SACParams
+    from drlcli.env_facts import EnvFacts
     from drlcli.off_policy.replay import TransitionReplay
+    from tests.learner_contexts import learner_context
 
     low, high = [-1.0], [1.0]
+    facts = EnvFacts("t", 5, 1, np.array(low), np.array(high), observation_groups=BOX_GROUPS)
     if algo == "sac":
         params = SACParams(batch_size=8, hidden_sizes=(8,), actor_update_period=1)
         spec = sac_actor_spec(params, low, high)
-        learner = SACLearner(spec, 5, 1, low, high, params, 0.99, groups=BOX_GROUPS)
+        learner = SACLearner(learner_context(spec, facts, params))
     else:
         params = FlashSACParams(
             batch_size=8,
@@ -462,7 +465,7 @@ def test_an_off_policy_update_feeds_the_actor_the_policy_group_and_the_critic_it
             num_bins=11,
         )
         spec = flash_sac_actor_spec(params, low, high)
-        learner = FlashSACLearner(spec, 5, 1, low, high, params, 0.99, 10, groups=BOX_GROUPS)
+        learner = FlashSACLearner(learner_context(spec, facts, params, updates=10))
     actor_inputs = recorded_inputs(learner.actor)
     critic_calls = recorded_inputs(learner.critic)
     target_inputs = recorded_inputs(learner.target_critic)

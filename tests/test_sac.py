@@ -19,16 +19,19 @@ from drlcli.algos.sac.actor import build_sac_actor
 from drlcli.algos.sac.algorithm import CRITICS, SAC, sac_actor_spec
 from drlcli.algos.sac.learner import SACLearner, sac_target_entropy, soft_q_target
 from drlcli.algos.sac.params import SACParams
+from drlcli.env_facts import EnvFacts
 from drlcli.errors import TrainingError
 from drlcli.off_policy.replay import TransitionReplay
+from tests.learner_contexts import learner_context
 
 LOW, HIGH = [-1.0, -3.0], [1.0, 1.0]
+FACTS = EnvFacts("task", 5, 2, np.array(LOW), np.array(HIGH))
 SMALL = SACParams(batch_size=32, hidden_sizes=(16, 16), actor_update_period=1)
 
 
 def make_learner(params=SMALL, seed=0):
     spec = sac_actor_spec(params, LOW, HIGH)
-    return SACLearner(spec, 5, 2, LOW, HIGH, params, 0.99, seed=seed)
+    return SACLearner(learner_context(spec, FACTS, params, seed=seed))
 
 
 def random_batch(size=32, seed=0):
@@ -356,13 +359,11 @@ def _same(a, b) -> bool:
 
 def test_a_learner_process_builds_its_sac_learner_from_the_context():
     from drlcli.algos.entry_types import LearnerContext, RoundPlan
-    from drlcli.env_facts import EnvFacts
 
     spec = sac_actor_spec(SMALL, LOW, HIGH)
-    facts = EnvFacts("task", 5, 2, np.array(LOW), np.array(HIGH))
-    context = LearnerContext(spec, facts, SMALL, 0.9, 1000, 1, "cpu", 7, RoundPlan(1, 1000))
+    context = LearnerContext(spec, FACTS, SMALL, 0.9, 1000, 1, "cpu", 7, RoundPlan(1, 1000))
     learner = SAC.off_policy.learner(context)
-    direct = SACLearner(spec, 5, 2, LOW, HIGH, SMALL, 0.9, "cpu", seed=7)
+    direct = SACLearner(context)
     assert isinstance(learner, SACLearner) and learner.gamma == 0.9 and learner.params is SMALL
     assert learner.target_entropy == direct.target_entropy
     assert _same(learner.network_state(), direct.network_state())
@@ -401,7 +402,7 @@ def test_linear_or_narrowing_networks_build_and_answer_in_shape(hidden):
 
 def test_learner_defaults_optimisers_and_targets():
     spec = sac_actor_spec(SMALL, LOW, HIGH)
-    default = SACLearner(spec, 5, 2, LOW, HIGH, SMALL, 0.99)
+    default = SACLearner(learner_context(spec, FACTS, SMALL))
     assert _same(default.network_state(), make_learner(seed=0).network_state())  # seed 0
     assert all(
         o.param_groups[0]["fused"] is True
@@ -421,7 +422,7 @@ def test_a_learner_refuses_a_custom_actor_whose_actions_leave_the_box(low, high,
 
     spec = ActorSpec("tests.custom_actors:build", {"action_low": low, "action_high": high})
     with pytest.raises(PolicyActorContractError, match=f"outside the environment's {side}"):
-        SACLearner(spec, 5, 2, LOW, HIGH, SMALL, 0.99)
+        SACLearner(learner_context(spec, FACTS, SMALL))
 
 
 def test_a_data_parallel_learner_averages_the_gradients_of_each_optimisers_parameters():

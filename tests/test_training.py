@@ -15,11 +15,11 @@ from drlcli.checkpoints.files import load_payload, read_checkpoint
 from drlcli.config import Config, load_config
 from drlcli.envs import env_facts, make_env
 from drlcli.errors import SemanticsError, UsageError
-from drlcli.evaluation import PolicyEvaluator
 from drlcli.metrics.csv_file import read_metrics
 from drlcli.metrics.schema import TIME_COLUMNS
+from drlcli.runtime.policy_evaluator import PolicyEvaluator
 from drlcli.runtime.ppo_loop import PPORoundLoop
-from drlcli.runtime.run_context import RunContext
+from drlcli.runtime.run_context import EvaluatorContext, RunContext
 from drlcli.runtime.training import train
 from drlcli.topology import AvailableDevices, topology_for_config
 from tests.conftest import TINY_PPO, copy_run_outputs
@@ -77,7 +77,7 @@ def test_two_round_smoke_training_writes_metrics_and_both_checkpoints(two_rounds
     latest = read_checkpoint(config.checkpoint_path)
     facts = env_facts(make_env(config.env.id, **config.env.kwargs))
     spec = gaussian_actor_spec(config.algo_params, facts.action_low, facts.action_high)
-    evaluator = PolicyEvaluator(config.env, spec, config.evaluation.episodes)
+    evaluator = PolicyEvaluator(EvaluatorContext(config.env, spec, config.evaluation.episodes))
     expected = evaluator.evaluate(
         latest.actor, latest.obs_rms_state, latest.observation_clip, latest.progress.env_steps
     )

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from drlcli.actors.memory import module_memory_bytes
+from drlcli.actors.spec import passes_keywords_to
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
@@ -148,19 +149,11 @@ class GaussianPolicyActor(nn.Module):
         return module_memory_bytes(self)
 
 
+@passes_keywords_to(GaussianPolicyActor)
 def build_gaussian_actor(
-    obs_dim: int,
-    action_dim: int,
-    device: Any = "cpu",
-    *,
-    action_low: Sequence[float],
-    action_high: Sequence[float],
-    hidden_sizes: Sequence[int] = (64, 64),
-    activation: str = "tanh",
-    init_log_std: float = 0.0,
+    obs_dim: int, action_dim: int, device: Any = "cpu", **kwargs: Any
 ) -> GaussianPolicyActor:
-    """Builder of the built-in PPO actor (``drlcli.actors.gaussian:build_gaussian_actor``)."""
-    actor = GaussianPolicyActor(
-        obs_dim, action_dim, action_low, action_high, tuple(hidden_sizes), activation, init_log_std
-    )
-    return actor.to(device)
+    """Builder of the built-in PPO actor (``drlcli.actors.gaussian:build_gaussian_actor``);
+    ``kwargs``: ``GaussianPolicyActor``'s ``action_low``, ``action_high``, ``hidden_sizes``,
+    ``activation`` and ``init_log_std``."""
+    return GaussianPolicyActor(obs_dim, action_dim, **kwargs).to(device)

@@ -15,8 +15,9 @@ import inspect
 import json
 import re
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from drlcli.config_fields import check_plain_data
 from drlcli.errors import ConfigError, DrlError, PolicyActorContractError, error_line
@@ -32,6 +33,7 @@ SEMANTICS_FIELDS = (
     "action_dim",
     "action_transform",
 )
+Builder = TypeVar("Builder", bound=Callable[..., Any])
 BUILDER_PATTERN = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
 
 
@@ -116,6 +118,27 @@ def _where(error: BaseException) -> str:
         return f"at {error.filename}:{error.lineno}: "
     frames = traceback.extract_tb(error.__traceback__)
     return f"at {frames[-1].filename}:{frames[-1].lineno}: " if frames else ""
+
+
+def passes_keywords_to(actor_class: type) -> Callable[[Builder], Builder]:
+    """Decorate a builder ``(obs_dim, action_dim, device="cpu", **kwargs)`` that hands
+    ``kwargs`` on to ``actor_class(obs_dim, action_dim, **kwargs)``: the builder's signature
+    becomes the class's keywords, so that ``build_policy_actor`` refuses a keyword the class
+    does not take before anything is built, naming it."""
+
+    def decorate(builder: Builder) -> Builder:
+        keywords = list(inspect.signature(actor_class).parameters.values())[2:]
+        builder.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+            [
+                inspect.Parameter("obs_dim", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+                inspect.Parameter("action_dim", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+                inspect.Parameter("device", inspect.Parameter.POSITIONAL_OR_KEYWORD, default="cpu"),
+                *(keyword.replace(kind=inspect.Parameter.KEYWORD_ONLY) for keyword in keywords),
+            ]
+        )
+        return builder
+
+    return decorate
 
 
 def build_policy_actor(

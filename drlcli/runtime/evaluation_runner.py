@@ -26,7 +26,7 @@ from drlcli.runtime.ray_session import (
 )
 from drlcli.runtime.ray_session import get_or_raise as _get
 from drlcli.runtime.restarts import RestartCounter, restartable_actor_options
-from drlcli.runtime.run_context import HasEvaluationHost
+from drlcli.runtime.run_context import EvaluatorContext, HasEvaluationHost
 
 
 def evaluator_has_own_process(config: Config, round_loop: type) -> bool:
@@ -57,7 +57,8 @@ class EvaluationRunner:
     def __init__(
         self, config: Config, spec: ActorSpec, resources: dict[str, float], env_steps: int
     ) -> None:
-        self.config, self.spec, self.resources = config, spec, resources
+        self.config, self.resources = config, resources
+        self.context = EvaluatorContext(config.env, spec, config.evaluation.episodes)
         self.interval = config.evaluation.interval_env_steps
         self.restarts = RestartCounter(config.max_rollout_actor_restarts, names=["the evaluator"])
         self.worker: Any = None
@@ -80,7 +81,7 @@ class EvaluationRunner:
         """
         import ray
 
-        from drlcli.evaluation import PolicyEvaluator
+        from drlcli.runtime.policy_evaluator import PolicyEvaluator
 
         if self.worker is not None:
             return
@@ -92,7 +93,7 @@ class EvaluationRunner:
             self.worker = self.processes.started(
                 ray.remote(PolicyEvaluator)
                 .options(**self.resources, **restartable_actor_options(self.restarts.limit))
-                .remote(self.config.env, self.spec, self.config.evaluation.episodes)
+                .remote(self.context)
             )
             name = "the evaluator"
         self.roles = {actor_id_of(self.worker): name}
@@ -168,9 +169,7 @@ class EvaluationRunner:
             checkpoint.progress.env_steps,
         )
         if self.hosted:
-            return self.worker.evaluate_policy.remote(
-                self.config.env, self.spec, self.config.evaluation.episodes, *weights
-            )
+            return self.worker.evaluate_policy.remote(self.context, *weights)
         return self.worker.evaluate.remote(*weights)
 
     def close(self) -> None:

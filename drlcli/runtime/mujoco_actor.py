@@ -18,7 +18,6 @@ from drlcli.algos.ppo.closed_form import DenseNetwork, array_view, gaussian_log_
 from drlcli.algos.ppo.networks import ValueNetwork
 from drlcli.algos.ppo.params import PPOParams
 from drlcli.envs import EnvBatch, rollout_actor_seed
-from drlcli.evaluation import EvaluationHost
 from drlcli.normalization import (
     RewardScaler,
     RmsState,
@@ -27,6 +26,7 @@ from drlcli.normalization import (
 )
 from drlcli.observations import GroupReader
 from drlcli.rollout import compute_gae, prepare_action
+from drlcli.runtime.policy_evaluator import EvaluationHost
 from drlcli.runtime.run_context import RolloutActorContext
 
 

@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from drlcli.evaluation import EvaluationHost
 from drlcli.off_policy.collector import OffPolicyCollector, OffPolicyLearner
 from drlcli.off_policy.data_parallel import DataParallelGroup, open_store
+from drlcli.runtime.policy_evaluator import EvaluationHost
 from drlcli.runtime.ray_session import (
     WorkerDied,
     get_or_raise,
@@ -190,8 +190,7 @@ class OffPolicyLearnerWorker(DataParallelMember, EvaluationHost):
             context.training.learner(learner),
             RayStepperPool(context.steppers, context.envs_per_stepper, self.restarts),
             learner.params,
-            facts.action_low.tolist(),
-            facts.action_high.tolist(),
+            *facts.action_bounds,
             facts.obs_dim,
             learner.gamma,
             learner.seed,

@@ -325,20 +325,33 @@ def ray_failure(error: Exception) -> str:
     import ray
 
     exceptions = ray.exceptions
-    if isinstance(error, exceptions.OwnerDiedError):
-        return "a result was lost: the process that made it died"
-    if isinstance(error, exceptions.ObjectFetchTimedOutError):
-        return "a result could not be fetched from the node that holds it in time"
-    if isinstance(error, exceptions.ObjectLostError):
-        return "a result was lost from Ray's object store (its node died or it was freed)"
-    if isinstance(error, (exceptions.NodeDiedError, exceptions.LocalRayletDiedError)):
-        return "a Ray node left the cluster"
-    if isinstance(error, exceptions.WorkerCrashedError):
-        return "a Ray worker process crashed"
-    if isinstance(error, exceptions.OutOfMemoryError):
-        return "Ray killed a process to free memory (lower num_envs or num_actors)"
-    if isinstance(error, (exceptions.ObjectStoreFullError, exceptions.OutOfDiskError)):
-        return "Ray's object store or its disk is full"
+    meanings = [
+        ((exceptions.OwnerDiedError,), "a result was lost: the process that made it died"),
+        (
+            (exceptions.ObjectFetchTimedOutError,),
+            "a result could not be fetched from the node that holds it in time",
+        ),
+        (
+            (exceptions.ObjectLostError,),
+            "a result was lost from Ray's object store (its node died or it was freed)",
+        ),
+        (
+            (exceptions.NodeDiedError, exceptions.LocalRayletDiedError),
+            "a Ray node left the cluster",
+        ),
+        ((exceptions.WorkerCrashedError,), "a Ray worker process crashed"),
+        (
+            (exceptions.OutOfMemoryError,),
+            "Ray killed a process to free memory (lower num_envs or num_actors)",
+        ),
+        (
+            (exceptions.ObjectStoreFullError, exceptions.OutOfDiskError),
+            "Ray's object store or its disk is full",
+        ),
+    ]
+    for kinds, meaning in meanings:  # in this order: OwnerDiedError is an ObjectLostError
+        if isinstance(error, kinds):
+            return meaning
     return f"Ray failed ({type(error).__name__})"
 
 

@@ -1,8 +1,8 @@
 """What a run's processes are built from and what its round loop offers the driver:
 ``RunContext`` (decided by the driver before any process starts) and the one record each process
 class is constructed from (``LearnerContext``, ``RolloutActorContext``,
-``OffPolicyWorkerContext``); the ``RoundLoop`` protocol each algorithm's runtime implements, and
-its optional capabilities (``HasEvaluationHost``, ``ReplaySaving``)."""
+``OffPolicyWorkerContext``, ``EvaluatorContext``); the ``RoundLoop`` protocol each algorithm's
+runtime implements, and its optional capabilities (``HasEvaluationHost``, ``ReplaySaving``)."""
 
 from __future__ import annotations
 
@@ -83,6 +83,22 @@ class RolloutActorContext:
     spec: ActorSpec
     params: Any
     gamma: float
+
+
+@dataclass(frozen=True)
+class EvaluatorContext:
+    """What the evaluator (``PolicyEvaluator``, in its own process or a host's) is built from.
+
+    Attributes:
+        env: the training task's config (id, kwargs, time limit, success rule; its seed is
+            offset for evaluation).
+        spec: the run's policy actor, rebuilt in the evaluator's process.
+        episodes: deterministic episodes per evaluation.
+    """
+
+    env: EnvConfig
+    spec: ActorSpec
+    episodes: int
 
 
 @dataclass(frozen=True)

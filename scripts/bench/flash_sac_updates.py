@@ -12,6 +12,7 @@ median updates/s over --repeats, with torch's thread count.
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from drlcli.algos.entry_types import LearnerContext, RoundPlan
 from drlcli.algos.flash_sac.algorithm import flash_sac_actor_spec
 from drlcli.algos.flash_sac.learner import FlashSACLearner
 from drlcli.config import Config, load_config
@@ -34,17 +36,12 @@ def random_learner(
     params = config.algo_params
     facts = env_facts(make_env(config.env.id))
     spec = flash_sac_actor_spec(params, facts.action_low, facts.action_high)
-    learner = FlashSACLearner(
-        spec,
-        facts.obs_dim,
-        facts.action_dim,
-        facts.action_low,
-        facts.action_high,
-        params,
-        config.gamma,
-        total_updates=total_updates,
-        learners=learners,
+    # The run's env steps that plan ``total_updates`` updates for each of ``learners``.
+    env_steps = math.ceil(total_updates * learners / params.updates_per_env_step)
+    context = LearnerContext(
+        spec, facts, params, config.gamma, env_steps, learners, "cpu", 0, RoundPlan(1, env_steps)
     )
+    learner = FlashSACLearner(context)
     rng = np.random.default_rng(seed)
     size = max(params.batch_size * 4, 4096)
     replay = TransitionReplay(size, facts.obs_dim, facts.action_dim, seed)

@@ -17,8 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from drlcli.actors.memory import module_memory_bytes
-from drlcli.actors.tanh import TanhAffineExport, squashed_gaussian_log_prob
+from drlcli.actors.spec import passes_keywords_to
+from drlcli.actors.tanh import TanhGaussianActor
 from drlcli.algos.flash_sac.layers import FlashSACEncoder, UnitLinear, normalize_module_parameters
 
 LOG_STD_MIN, LOG_STD_MAX = -10.0, 2.0
@@ -31,10 +31,9 @@ def truncated_zeta_pmf(mu: float, max_steps: int) -> torch.Tensor:
     return (weights / weights.sum()).float()
 
 
-class FlashSACActor(nn.Module):
-    """FlashSAC policy: encoder ``[B, O] -> [B, hidden]``, mean and log-std heads."""
-
-    action_transform_id = "tanh_affine"
+class FlashSACActor(TanhGaussianActor):
+    """FlashSAC policy: encoder ``[B, O] -> [B, hidden]``, mean and log-std heads; exploration
+    noise held per env for a Zeta-distributed number of steps."""
 
     def __init__(
         self,
@@ -47,16 +46,12 @@ class FlashSACActor(nn.Module):
         noise_zeta_mu: float = 2.0,
         noise_zeta_max: int = 16,
     ) -> None:
-        super().__init__()
-        low = torch.as_tensor(action_low, dtype=torch.float32)
-        high = torch.as_tensor(action_high, dtype=torch.float32)
+        super().__init__(action_low, action_high)
         self.encoder = FlashSACEncoder(1, obs_dim, hidden_dim, num_blocks)
         self.mean_head = UnitLinear(1, hidden_dim, action_dim)
         self.mean_bias = nn.Parameter(torch.zeros(action_dim))
         self.log_std_head = UnitLinear(1, hidden_dim, action_dim)
         self.log_std_bias = nn.Parameter(torch.zeros(action_dim))
-        self.register_buffer("action_bias", (high + low) / 2)
-        self.register_buffer("action_range", (high - low) / 2)
         self.register_buffer("zeta_pmf", truncated_zeta_pmf(noise_zeta_mu, noise_zeta_max))
         # Exploration state, per env: held noise and the steps it has left. Not parameters.
         self._noise: torch.Tensor | None = None
@@ -71,31 +66,9 @@ class FlashSACActor(nn.Module):
         log_std = LOG_STD_MIN + (LOG_STD_MAX - LOG_STD_MIN) * 0.5 * (1.0 + torch.tanh(raw))
         return mean, log_std.exp()
 
-    def sample_noise(self, mean: torch.Tensor) -> torch.Tensor:
-        """Standard normal noise ``[B, A]`` of the reparameterised training sample."""
-        return torch.randn_like(mean)
-
-    def transform(self, u: torch.Tensor) -> torch.Tensor:
-        return self.action_bias + self.action_range * torch.tanh(u)
-
-    def forward(self, obs: torch.Tensor, training: bool = False) -> tuple[torch.Tensor, dict]:
-        """Reparameterised sample ``a [B, A]`` and ``info["log_prob"] [B]`` of ``a`` itself
-        (change of variables through tanh and the affine rescale)."""
-        self.train(training)  # BatchNorm: batch statistics while training, running otherwise
-        mean, std = self.get_mean_and_std(obs)
-        u = mean + std * self.sample_noise(mean)
-        log_prob = squashed_gaussian_log_prob(u, mean, std, self.action_range)
-        return self.transform(u), {"log_prob": log_prob}
-
-    @torch.no_grad()
-    def explore(
-        self, obs: torch.Tensor, dones: torch.Tensor | None = None, deterministic: bool = False
-    ) -> torch.Tensor:
-        """Env actions ``[N, A]`` for N environments; ``dones[i]`` marks env i's new episode."""
-        self.eval()
-        mean, std = self.get_mean_and_std(obs)
-        if deterministic:
-            return self.transform(mean)
+    def exploration_noise(self, mean: torch.Tensor, dones: torch.Tensor | None) -> torch.Tensor:
+        """Each env's held noise ``[N, A]``, redrawn where its steps ran out or ``dones``
+        marks its new episode."""
         count = mean.shape[0]
         if self._noise is None or self._noise.shape != mean.shape:
             self._noise = torch.zeros_like(mean)
@@ -109,41 +82,17 @@ class FlashSACActor(nn.Module):
             held = torch.multinomial(self.zeta_pmf, fresh, replacement=True) + 1
             self._steps_left[redraw] = held.to(mean.device)
         self._steps_left -= 1
-        return self.transform(mean + std * self._noise)
-
-    def as_export_module(self) -> nn.Module:
-        self.eval()
-        return TanhAffineExport(self)
+        return self._noise
 
     @torch.no_grad()
     def normalize_parameters(self) -> None:
         normalize_module_parameters(self)
 
-    def inference_startup_memory_categories(self) -> dict[str, int]:
-        return module_memory_bytes(self)
 
-
+@passes_keywords_to(FlashSACActor)
 def build_flash_sac_actor(
-    obs_dim: int,
-    action_dim: int,
-    device: Any = "cpu",
-    *,
-    action_low: Sequence[float],
-    action_high: Sequence[float],
-    hidden_dim: int = 128,
-    num_blocks: int = 2,
-    noise_zeta_mu: float = 2.0,
-    noise_zeta_max: int = 16,
+    obs_dim: int, action_dim: int, device: Any = "cpu", **kwargs: Any
 ) -> FlashSACActor:
-    """Builder of the built-in FlashSAC actor (``...flash_sac.actor:build_flash_sac_actor``)."""
-    actor = FlashSACActor(
-        obs_dim,
-        action_dim,
-        action_low,
-        action_high,
-        hidden_dim,
-        num_blocks,
-        noise_zeta_mu,
-        noise_zeta_max,
-    )
-    return actor.to(device)
+    """Builder of the built-in FlashSAC actor (``...flash_sac.actor:build_flash_sac_actor``);
+    ``kwargs``: ``FlashSACActor``'s bounds, widths and exploration-noise settings."""
+    return FlashSACActor(obs_dim, action_dim, **kwargs).to(device)

@@ -90,9 +90,9 @@ CRITICS = Critics(
 def build_learner(context: LearnerContext) -> Any:
     """``OffPolicy.learner``: the learner module (torch) is imported in the learner's process
     only."""
-    from drlcli.algos.flash_sac.learner import build_flash_sac_learner
+    from drlcli.algos.flash_sac.learner import FlashSACLearner
 
-    return build_flash_sac_learner(context)
+    return FlashSACLearner(context)
 
 
 FLASH_SAC = soft_actor_critic_entry(

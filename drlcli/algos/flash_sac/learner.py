@@ -23,17 +23,14 @@ import math
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch import nn
 
-from drlcli.actors.spec import ActorSpec, build_policy_actor
 from drlcli.algos.flash_sac.critic import DoubleCategoricalCritic, categorical_td_target
 from drlcli.algos.flash_sac.cuda_graph import resolve_cuda_graph
 from drlcli.algos.flash_sac.layers import share_batch_statistics
 from drlcli.algos.flash_sac.params import FlashSACParams
 from drlcli.errors import TrainingError
-from drlcli.observations import GroupReader, ObservationGroups
 from drlcli.off_policy.data_parallel import DataParallelGroup
-from drlcli.off_policy.soft_actor_critic import SoftActorCriticState
+from drlcli.off_policy.soft_actor_critic import SoftActorCriticState, finite_update_metrics
 
 if TYPE_CHECKING:
     from drlcli.algos.entry_types import LearnerContext
@@ -95,62 +92,35 @@ class FlashSACLearner(SoftActorCriticState):
     """Owns ``learner.actor`` (the one policy instance), the critics, temperature, optimisers.
 
     Args:
-        actor_spec: built-in or custom (``actor_config``) actor.
-        obs_dim, action_dim: sizes.
-        action_low, action_high: env bounds (for the entropy target).
-        params: FlashSAC hyper-parameters.
-        gamma: discount.
-        total_updates: the run's planned number of updates (for the learning-rate schedule).
-        device, seed: torch device; seed of initialisation and sampling.
-        learners: the data-parallel learners this one will make its updates with
-            (``use_data_parallel``); decides the automatic CUDA-graph choice.
-        groups: a privileged critic's observation groups: the actor reads the policy group,
-            the critics the critic group; None: both read the whole observation (of
-            ``obs_dim``, the training observation replayed).
+        context: what the learner is built from: the policy actor's spec (built-in or
+            ``actor_config``), the task (sizes, ``obs_dim`` of the training observation
+            replayed; the action bounds of the entropy target; a privileged critic's
+            observation groups: the actor reads the policy group, the critics the critic
+            group), the ``FlashSACParams``, the discount, the torch device, the seed of
+            initialisation and sampling, and the run's env steps and learners: the cosine
+            schedules span this learner's share of the run's updates (``planned_updates``),
+            and the learners it will make its updates with (``use_data_parallel``) decide the
+            automatic CUDA-graph choice.
     """
 
-    def __init__(
-        self,
-        actor_spec: ActorSpec,
-        obs_dim: int,
-        action_dim: int,
-        action_low: Any,
-        action_high: Any,
-        params: FlashSACParams,
-        gamma: float,
-        total_updates: int,
-        device: str = "cpu",
-        seed: int = 0,
-        learners: int = 1,
-        groups: ObservationGroups | None = None,
-    ) -> None:
-        torch.manual_seed(seed)
-        self.params, self.gamma = params, gamma
-        self.device = torch.device(device)
-        self.uses_cuda_graph = resolve_cuda_graph(params, actor_spec, self.device, learners)
-        self.groups = GroupReader(groups, self.device)
-        policy_dim, critic_dim = self.groups.widths(obs_dim)
-        self.actor = build_policy_actor(
-            actor_spec, policy_dim, action_dim, self.device, action_low, action_high
+    def __init__(self, context: LearnerContext) -> None:
+        critic_dim, action_range = self._build_actor_and_temperature(context)
+        params: FlashSACParams = context.params
+        action_dim = context.facts.action_dim
+        self.uses_cuda_graph = resolve_cuda_graph(
+            params, context.spec, self.device, context.learners
         )
         self.critic = DoubleCategoricalCritic.from_params(critic_dim, action_dim, params).to(
             self.device
         )
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
-        self.log_temperature = nn.Parameter(
-            torch.tensor(math.log(params.initial_temperature), device=self.device)
-        )
-        action_range = (torch.as_tensor(action_high) - torch.as_tensor(action_low)).float() / 2
         self.target_entropy = target_entropy(action_dim, params.target_sigma, action_range)
         graphed = self.uses_cuda_graph
         self.actor_optimizer = adam(self.actor.parameters(), params.learning_rate, graphed)
         self.critic_optimizer = adam(self.critic.parameters(), params.learning_rate, graphed)
         self.temperature_optimizer = adam([self.log_temperature], params.learning_rate, graphed)
         self._graphs = CudaGraphUpdates(self._update_step) if self.uses_cuda_graph else None
-        self.total_updates = max(int(total_updates), 1)
-        self.updates = 0
-        self.aux_names: frozenset[str] | None = None
-        self.data_parallel: DataParallelGroup | None = None
+        self.total_updates = planned_updates(context)
         if params.actor_normalize_parameters:
             self.actor.normalize_parameters()
         if params.critic_normalize_parameters:
@@ -199,15 +169,8 @@ class FlashSACLearner(SoftActorCriticState):
         else:
             metrics = self._update_step(batch, with_actor)
         self.updates += 1
-        values = {name: float(value) for name, value in metrics.items()}
-        values["learning_rate"] = rate
-        non_finite = [f"{name} {v}" for name, v in values.items() if not math.isfinite(v)]
-        if non_finite:
-            raise TrainingError(
-                f"FlashSAC update {self.updates}: {', '.join(non_finite)} is not finite; lower "
-                "algo_params.learning_rate or check the environment's rewards"
-            )
-        return values
+        values = finite_update_metrics(metrics, f"FlashSAC update {self.updates}", "learning_rate")
+        return {**values, "learning_rate": rate}
 
     def _update_step(self, batch: dict[str, torch.Tensor], with_actor: bool) -> dict:
         """The update itself, free of host synchronisation so a CUDA graph can capture it.
@@ -306,27 +269,11 @@ class FlashSACLearner(SoftActorCriticState):
         load_moments(optimizer, state)
 
 
-def build_flash_sac_learner(context: LearnerContext) -> FlashSACLearner:
-    """The FlashSAC learner of one learner process (``OffPolicy.learner``): its cosine schedules
-    span its share of the run's updates (its transitions times ``updates_per_env_step``)."""
-    params, facts = context.params, context.facts
-    total_updates = math.ceil(
-        context.total_env_steps / context.learners * params.updates_per_env_step
-    )
-    return FlashSACLearner(
-        context.spec,
-        facts.obs_dim,
-        facts.action_dim,
-        facts.action_low.tolist(),
-        facts.action_high.tolist(),
-        params,
-        context.gamma,
-        total_updates,
-        context.device,
-        context.seed,
-        context.learners,
-        facts.observation_groups,
-    )
+def planned_updates(context: LearnerContext) -> int:
+    """One learner's share of the run's updates, at least 1: its transitions (the run's env
+    steps over the learners) times ``updates_per_env_step``."""
+    share = context.total_env_steps / context.learners * context.params.updates_per_env_step
+    return max(math.ceil(share), 1)
 
 
 # Replays CUDA graphs: without a GPU no test can run it, so `make mutation` leaves it out

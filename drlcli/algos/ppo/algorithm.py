@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from drlcli.actors.spec import ActorSpec
@@ -29,42 +29,43 @@ def gaussian_actor_spec(
     )
 
 
-def reward_scalers_problem(state: dict[str, Any]) -> str | None:
-    """What is wrong with a version-1 learner state's optional ``reward_scalers`` (one
-    ``RewardScaler.state_dict()`` per rollout actor of the learner), or None."""
-    scalers = state.get("reward_scalers")
-    if scalers is None:
+def _list_problem(
+    state: dict[str, Any], key: str, item_problem: Callable[[Any], str | None]
+) -> str | None:
+    """What is wrong with a learner state's optional list ``state[key]`` (one entry per rollout
+    actor of the learner), ``key[index] problem`` of its first bad entry, or None."""
+    entries = state.get(key)
+    if entries is None:
         return None
-    if not isinstance(scalers, list):
-        return f"reward_scalers is a {type(scalers).__name__}, expected a list"
-    for index, scaler in enumerate(scalers):
-        problem = reward_scaler_state_problem(scaler)
+    if not isinstance(entries, list):
+        return f"{key} is a {type(entries).__name__}, expected a list"
+    for index, entry in enumerate(entries):
+        problem = item_problem(entry)
         if problem is not None:
-            return f"reward_scalers[{index}] {problem}"
+            return f"{key}[{index}]{problem}"
     return None
 
 
-def rollout_actors_problem(state: dict[str, Any]) -> str | None:
-    """What is wrong with a learner state's optional ``rollout_actors`` (one
-    ``MuJoCoActor.state_dict()`` per rollout actor of the learner), or None; whether each fits
-    its rollout actor is checked when it is loaded."""
-    rollout_actors = state.get("rollout_actors")
-    if rollout_actors is None:
-        return None
-    if not isinstance(rollout_actors, list):
-        return f"rollout_actors is a {type(rollout_actors).__name__}, expected a list"
-    for index, entry in enumerate(rollout_actors):
-        if not isinstance(entry, dict) or not {"envs", "torch_rng"} <= set(entry):
-            return f"rollout_actors[{index}] is not a rollout actor's state"
-        problem = reward_scaler_state_problem(entry.get("reward_scaler"))
-        if problem is not None:
-            return f"rollout_actors[{index}].reward_scaler {problem}"
-    return None
+def _reward_scaler_problem(scaler: Any) -> str | None:
+    """What is wrong with one ``RewardScaler.state_dict()``, after a space, or None."""
+    problem = reward_scaler_state_problem(scaler)
+    return None if problem is None else f" {problem}"
+
+
+def _rollout_actor_problem(entry: Any) -> str | None:
+    """What is wrong with one ``MuJoCoActor.state_dict()`` (whether it fits its rollout actor
+    is checked when it is loaded), with the separator of its place in the message."""
+    if not isinstance(entry, dict) or not {"envs", "torch_rng"} <= set(entry):
+        return " is not a rollout actor's state"
+    problem = reward_scaler_state_problem(entry.get("reward_scaler"))
+    return None if problem is None else f".reward_scaler {problem}"
 
 
 def learner_state_problem(state: dict[str, Any]) -> str | None:
     """What keeps a stored PPO learner state from being resumed, or None."""
-    return reward_scalers_problem(state) or rollout_actors_problem(state)
+    return _list_problem(state, "reward_scalers", _reward_scaler_problem) or _list_problem(
+        state, "rollout_actors", _rollout_actor_problem
+    )
 
 
 def value_network_problem(

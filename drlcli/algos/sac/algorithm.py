@@ -57,9 +57,9 @@ CRITICS = Critics(
 def build_learner(context: LearnerContext) -> Any:
     """``OffPolicy.learner``: the learner module (torch) is imported in the learner's process
     only."""
-    from drlcli.algos.sac.learner import build_sac_learner
+    from drlcli.algos.sac.learner import SACLearner
 
-    return build_sac_learner(context)
+    return SACLearner(context)
 
 
 SAC = soft_actor_critic_entry(

@@ -20,19 +20,15 @@ the actor only).
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-from drlcli.actors.spec import ActorSpec, build_policy_actor
 from drlcli.algos.sac.critic import TwinQ
 from drlcli.algos.sac.params import SACParams
-from drlcli.errors import TrainingError
-from drlcli.observations import GroupReader, ObservationGroups
-from drlcli.off_policy.soft_actor_critic import SoftActorCriticState
+from drlcli.off_policy.soft_actor_critic import SoftActorCriticState, finite_update_metrics
 
 if TYPE_CHECKING:
     from drlcli.algos.entry_types import LearnerContext
@@ -70,50 +66,24 @@ class SACLearner(SoftActorCriticState):
     temperature and the three optimisers.
 
     Args:
-        actor_spec: built-in or custom (``actor_config``) actor.
-        obs_dim, action_dim: sizes (``obs_dim``: of the training observation replayed).
-        action_low, action_high: env bounds ``[A]`` (the entropy target).
-        params: SAC hyper-parameters.
-        gamma: discount.
-        device, seed: torch device; seed of initialisation and sampling.
-        groups: a privileged critic's observation groups: the actor reads the policy group,
-            the Q networks the critic group; None: both read the whole observation.
+        context: what the learner is built from: the policy actor's spec (built-in or
+            ``actor_config``), the task (sizes, ``obs_dim`` of the training observation
+            replayed; the action bounds of the entropy target; a privileged critic's
+            observation groups: the actor reads the policy group, the Q networks the critic
+            group), the ``SACParams``, the discount, the torch device and the seed of
+            initialisation and sampling.
     """
 
-    def __init__(
-        self,
-        actor_spec: ActorSpec,
-        obs_dim: int,
-        action_dim: int,
-        action_low: Any,
-        action_high: Any,
-        params: SACParams,
-        gamma: float,
-        device: str = "cpu",
-        seed: int = 0,
-        groups: ObservationGroups | None = None,
-    ) -> None:
-        torch.manual_seed(seed)
-        self.params, self.gamma = params, gamma
-        self.device = torch.device(device)
-        self.groups = GroupReader(groups, self.device)
-        policy_dim, critic_dim = self.groups.widths(obs_dim)
-        self.actor = build_policy_actor(
-            actor_spec, policy_dim, action_dim, self.device, action_low, action_high
-        )
+    def __init__(self, context: LearnerContext) -> None:
+        critic_dim, action_range = self._build_actor_and_temperature(context)
+        params: SACParams = context.params
+        action_dim = context.facts.action_dim
         self.critic = TwinQ(critic_dim, action_dim, params.hidden_sizes).to(self.device)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
-        self.log_temperature = nn.Parameter(
-            torch.tensor(math.log(params.initial_temperature), device=self.device)
-        )
-        action_range = (torch.as_tensor(action_high) - torch.as_tensor(action_low)).float() / 2
         self.target_entropy = sac_target_entropy(action_range, params.target_entropy_scale)
         self.actor_optimizer = _adam(self.actor.parameters(), params.policy_learning_rate)
         self.critic_optimizer = _adam(self.critic.parameters(), params.q_learning_rate)
         self.temperature_optimizer = _adam([self.log_temperature], params.policy_learning_rate)
-        self.updates = 0
-        self.aux_names: frozenset[str] | None = None
-        self.data_parallel: DataParallelGroup | None = None
 
     @property
     def temperature(self) -> torch.Tensor:
@@ -161,14 +131,7 @@ class SACLearner(SoftActorCriticState):
             ):
                 target_param.lerp_(param, p.target_tau)
         self.updates += 1
-        values = {name: float(value) for name, value in metrics.items()}
-        non_finite = [f"{name} {v}" for name, v in values.items() if not math.isfinite(v)]
-        if non_finite:
-            raise TrainingError(
-                f"SAC update {self.updates}: {', '.join(non_finite)} is not finite; lower "
-                "algo_params.q_learning_rate or check the environment's rewards"
-            )
-        return values
+        return finite_update_metrics(metrics, f"SAC update {self.updates}", "q_learning_rate")
 
     def _update_actor_and_temperature(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
         actions, info = self.actor(self.groups.policy(obs), training=True)
@@ -195,20 +158,3 @@ class SACLearner(SoftActorCriticState):
             metrics["Loss/temperature"] = temperature_loss.detach()
         metrics.update({f"Loss/aux_{name}": value.detach() for name, value in aux_losses.items()})
         return metrics
-
-
-def build_sac_learner(context: LearnerContext) -> SACLearner:
-    """The SAC learner of one learner process (``OffPolicy.learner``)."""
-    facts = context.facts
-    return SACLearner(
-        context.spec,
-        facts.obs_dim,
-        facts.action_dim,
-        facts.action_low.tolist(),
-        facts.action_high.tolist(),
-        context.params,
-        context.gamma,
-        context.device,
-        context.seed,
-        facts.observation_groups,
-    )
