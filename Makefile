@@ -12,17 +12,21 @@ export MUJOCO_GL ?= egl
 setup: $(VENV)/.installed $(PAGE)
 
 # constraints.txt pins the tested versions (torch==2.13.0 among them); pyproject.toml has ranges.
+# --no-compile: pip would byte-compile every module of torch, Ray, SciPy and matplotlib (a third
+# of make demo's time); Python compiles the ones a run imports, once, when it first imports them.
+PIP_INSTALL := $(BIN)/python -m pip install --quiet --no-compile -c constraints.txt
+
 # drl itself: what drl train, play, export, verify, compare and dashboard need (make demo).
 $(VENV)/.installed-drl: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e .
+	$(PIP_INSTALL) -e .
 	touch $@
 
 # Then the dev extra (the test tools, drl tune's Ray Tune and Optuna, the metrics sinks) and
 # the downstream-package example, which the tests train through Ray.
 $(VENV)/.installed: $(VENV)/.installed-drl examples/twin_encoder_actor/pyproject.toml
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e examples/twin_encoder_actor
+	$(PIP_INSTALL) -e ".[dev]"
+	$(PIP_INSTALL) -e examples/twin_encoder_actor
 	touch $@
 
 # The dashboard page (web/, npm): built into the package; without npm the JSON API still works.
