@@ -1,7 +1,9 @@
-"""What the soft actor-critic learners (FlashSAC's, SAC's) share beyond the collector: their
+"""What the soft actor-critic learners (FlashSAC's, SAC's) share beyond the collector: the start
+of their construction from a ``LearnerContext`` (the policy actor and the temperature), their
 state, made of ``actor``, ``critic``, ``target_critic``, ``log_temperature``, three optimisers, an
-update counter and the names of the actor's auxiliary losses, and the rule that those names
-never change during training (docs/adr/0017-custom-policy-actors.md)."""
+update counter and the names of the actor's auxiliary losses, the rule that those names never
+change during training (docs/adr/0017-custom-policy-actors.md), and the refusal of an update
+whose diagnostics are not finite."""
 
 from __future__ import annotations
 
