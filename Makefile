@@ -12,19 +12,25 @@ export MUJOCO_GL ?= egl
 setup: $(VENV)/.installed $(PAGE)
 
 # constraints.txt pins the tested versions (torch==2.13.0 among them); pyproject.toml has ranges.
-# --no-compile: pip would byte-compile every module of torch, Ray, SciPy and matplotlib (a third
-# of make demo's time); Python compiles the ones a run imports, once, when it first imports them.
-PIP_INSTALL := $(BIN)/python -m pip install --quiet --no-compile -c constraints.txt
+PIP_INSTALL := $(BIN)/python -m pip install --quiet -c constraints.txt
+SITE_PACKAGES = $(shell $(BIN)/python -c "import sysconfig; print(sysconfig.get_path('purelib'))")
 
 # drl itself: what drl train, play, export, verify, compare and dashboard need (make demo).
+# --no-compile: byte-compiling every module of torch, Ray, SciPy and matplotlib is a quarter of
+# make demo's time, and the demo imports a fraction of them.
 $(VENV)/.installed-drl: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PIP_INSTALL) -e .
+	$(PIP_INSTALL) --no-compile -e .
 	touch $@
 
-# Then the dev extra (the test tools, drl tune's Ray Tune and Optuna, the metrics sinks) and
-# the downstream-package example, which the tests train through Ray.
+# Then what the demo left out: the byte code (the suite starts hundreds of processes, and where
+# PYTHONDONTWRITEBYTECODE is set none of them would keep what it compiled), the dev extra (the
+# test tools, drl tune's Ray Tune and Optuna, the metrics sinks) and the downstream-package
+# example, which the tests train through Ray.
 $(VENV)/.installed: $(VENV)/.installed-drl examples/twin_encoder_actor/pyproject.toml
+	@# What a package ships that this Python cannot compile (torch's 3.12-only test helpers) is
+	@# left as source, as pip's own compilation leaves it: compileall's status is not an error.
+	-$(BIN)/python -m compileall -q -j 0 $(SITE_PACKAGES) > /dev/null 2>&1
 	$(PIP_INSTALL) -e ".[dev]"
 	$(PIP_INSTALL) -e examples/twin_encoder_actor
 	touch $@
