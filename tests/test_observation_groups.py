@@ -1,11 +1,10 @@
 """Observation groups and a privileged critic (Method.md, "Observation groups"): the training
 vector, what the policy and the critic read of it, the checkpoint's record, play, verify and
-export on the policy group only, resume, bad input, and learning that the critic's extra input
-makes faster."""
+export on the policy group only, resume and bad input. That the critic's extra input makes
+learning faster is a learning claim: ``scripts/bench/learning_claims.py privileged-critic``."""
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 
@@ -26,7 +25,6 @@ from drlcli.errors import ConfigError, EnvironmentSpecError, SemanticsError
 from drlcli.observations import GroupReader, ObservationGroups, groups_of, layout_of
 
 DICT_REACH = "tests.dict_envs:drltest/DictReach-v0"
-HIDDEN_BONUS = "tests.dict_envs:drltest/HiddenBonus-v0"
 ALLOW = ["tests.dict_envs"]
 PLANE = spaces.Box(-5.0, 5.0, shape=(2,))
 SPACE = spaces.Dict(
@@ -354,63 +352,6 @@ def test_a_group_key_the_task_lacks_is_one_line_before_anything_starts(tmp_path)
         "keys are agent/position, agent/velocity, target, time_left"
     )
     assert not (tmp_path / "out").exists()
-
-
-# --- learning -----------------------------------------------------------------------------------
-
-
-def policy_error(checkpoint_path) -> float:
-    """Mean squared distance of the deterministic action from the target, over targets in
-    [-1, 1]: what HiddenBonus rewards (its bonus no action changes)."""
-    from drlcli.play import load_play_actor
-
-    policy = load_play_actor(checkpoint_path, allow_env_modules=ALLOW)
-    targets = np.linspace(-1.0, 1.0, 21)[:, None].astype(np.float32)
-    return float(np.mean((policy.act(targets)[:, 0] - targets[:, 0]) ** 2))
-
-
-@pytest.mark.usefixtures("ray_cluster")
-@pytest.mark.parametrize(("algo", "seeds", "total"), [("ppo", (0, 1), 4000), ("sac", (0,), 2000)])
-def test_a_critic_that_sees_the_hidden_bonus_makes_learning_faster(tmp_path, algo, seeds, total):
-    """HiddenBonus-v0: the policy reads the target; a bonus drawn per episode, which no action
-    changes, adds to every reward. A critic that reads the bonus (and the time left) explains
-    the returns and leaves the policy gradient its signal; one that does not leaves noise
-    several times the signal. Same seeds, same budget: the privileged critic's policy is at
-    least twice as close to the target (measured: PPO 0.04-0.07 against 0.11-0.28 over seeds
-    0-2, SAC 0.001-0.015 against 0.04-0.07 over seeds 0-1)."""
-    from drlcli.runtime.training import train
-    from drlcli.topology import AvailableDevices
-
-    params = {
-        "ppo": "{num_epochs: 4, num_minibatches: 4, hidden_sizes: [32, 32]}",
-        "sac": "{batch_size: 64, warmup_steps: 200, hidden_sizes: [32, 32]}",
-    }[algo]
-    errors: dict[str, list[float]] = {"symmetric": [], "privileged": []}
-    explained: dict[str, float] = {}
-    for seed in seeds:
-        for kind, groups in (
-            ("symmetric", "observation_keys: [target]"),
-            (
-                "privileged",
-                "observation_groups: {policy: [target], critic: [target, bonus, time_left]}",
-            ),
-        ):
-            path = tmp_path / f"{kind}_{seed}.yaml"
-            path.write_text(
-                f"algo: {algo}\nenv: {{id: '{HIDDEN_BONUS}', num_envs: 4, seed: {seed}, "
-                f"{groups}}}\ntotal_env_steps: {total}\nrollout_length: 50\n"
-                f"evaluation: {{episodes: 1}}\noutput_dir: {tmp_path / 'out'}\n"
-                f"algo_params: {params}\n"
-            )
-            config = load_config(path)
-            train(config, quiet=True, devices=AvailableDevices(cuda_devices=0, mps=False))
-            errors[kind].append(policy_error(config.checkpoint_path))
-            if algo == "ppo":
-                with open(config.metrics_path, newline="") as file:
-                    explained[kind] = float(list(csv.DictReader(file))[-1]["explained_variance"])
-    assert sum(errors["privileged"]) < 0.5 * sum(errors["symmetric"]), errors
-    if algo == "ppo":  # the value network explains the returns only when it sees the bonus
-        assert explained["privileged"] > 0.5 > 0.2 > explained["symmetric"], explained
 
 
 def test_the_dry_run_lists_what_each_group_reads(tmp_path):

@@ -1,38 +1,38 @@
 """A user's own MuJoCo robot (``tests.user_robot:PuckReach-v0``, registered from this test
-package, not a Gymnasium built-in) learns with drl's PPO defaults in a short budget.
+package, not a Gymnasium built-in) trains with drl's PPO defaults.
 
 Its observation mixes centimetres, metres per second and millimetres, as a robot's sensors do:
-the case drl's observation statistics exist for. The quickstart's settings otherwise, 16384 env
-steps (8 rounds); the final deterministic evaluation of 10 episodes is the figure. Measured here
-(seeds 0-2): defaults about -12 (median), without observation normalisation about -30, a uniformly
-random policy about -67, a hand-written proportional controller about -8.
+the case drl's observation statistics exist for. That it learns in 16384 env steps on every seed
+(about -12 against -67 for a random policy; -30 without the statistics) is a learning claim,
+checked by ``scripts/bench/learning_claims.py user-robot``; here one round trains, and the
+statistics it records hold the sensors' scales apart.
 """
 
 from __future__ import annotations
 
+import math
 import os
-import statistics
 
 import gymnasium
 import numpy as np
 import pytest
 from rich.console import Console
 
+from drlcli.audit import audit_checkpoint
+from drlcli.checkpoints.files import read_checkpoint
 from drlcli.config import config_from_dict
 from drlcli.runtime.training import train
 from drlcli.topology import AvailableDevices
 from tests import user_robot
 
-pytestmark = pytest.mark.usefixtures("ray_cluster")
 ENV_ID = f"tests.user_robot:{user_robot.ENV_ID}"
-SEEDS = (0, 1, 2)
 
 
-def random_policy_return(episodes: int = 10) -> float:
+def test_a_random_policy_does_not_solve_the_task():
     env = gymnasium.make(ENV_ID)
     env.action_space.seed(0)
     returns = []
-    for episode in range(episodes):
+    for episode in range(5):
         env.reset(seed=1000 + episode)
         total, done = 0.0, False
         while not done:
@@ -41,20 +41,22 @@ def random_policy_return(episodes: int = 10) -> float:
             done = terminated or truncated
         returns.append(total)
     env.close()
-    return float(np.mean(returns))
+    assert np.mean(returns) < -50
 
 
-def final_evaluation(tmp_path, seed: int, **algo_params) -> float:
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_users_robot_trains_with_the_defaults_and_its_statistics_see_each_sensors_scale(
+    tmp_path,
+):
     config = config_from_dict(
         {
             "algo": "ppo",
-            "env": {"id": ENV_ID, "num_envs": 4, "seed": seed},
-            "total_env_steps": 16384,
+            "env": {"id": ENV_ID, "num_envs": 4, "seed": 0},
+            "total_env_steps": 2048,
             "rollout_length": 512,
-            "output_dir": str(tmp_path / f"seed{seed}_{sorted(algo_params.items())}"),
-            "algo_params": algo_params,
+            "output_dir": str(tmp_path / "out"),
         },
-        default_name=f"puck{seed}",
+        default_name="puck",
     )
     with open(os.devnull, "w") as sink:
         summary = train(
@@ -63,17 +65,10 @@ def final_evaluation(tmp_path, seed: int, **algo_params) -> float:
             console=Console(file=sink),
             devices=AvailableDevices(cuda_devices=0, mps=False),
         )
-    assert summary.final_evaluation is not None
-    return summary.final_evaluation.return_mean
-
-
-def test_a_users_robot_learns_with_the_defaults_on_every_seed(tmp_path):
-    random_return = random_policy_return()
-    assert random_return < -50  # the task is not solved by chance
-    defaults = [final_evaluation(tmp_path, seed) for seed in SEEDS]
-    raw = [final_evaluation(tmp_path, seed, normalize_observations=False) for seed in SEEDS]
-    # Well above a random policy on every seed, and by far on the median seed.
-    assert min(defaults) > 0.7 * random_return, (defaults, random_return)
-    assert statistics.median(defaults) > 0.4 * random_return, (defaults, random_return)
-    # The statistics help on a robot whose sensors differ in scale; they must never hurt.
-    assert statistics.median(defaults) >= statistics.median(raw), (defaults, raw)
+    assert summary.rounds == 1 and summary.final_evaluation is not None
+    assert math.isfinite(summary.final_evaluation.return_mean)
+    assert not audit_checkpoint(config.checkpoint_path).failed
+    # The range to the target in mm against the velocity in m/s: the standard
+    # deviations the policy's inputs are divided by differ by orders of magnitude.
+    std = np.sqrt(np.asarray(read_checkpoint(config.checkpoint_path).obs_rms_state["var"]))
+    assert std[8] > 100 * std[2:4].max(), std
