@@ -113,6 +113,35 @@ def tiny_config(tmp_path: Path):
 
 
 @pytest.fixture(scope="session")
+def two_rounds(tmp_path_factory, ray_cluster):
+    """``tiny_config()``'s two-round run, trained once per test session (per pytest-xdist
+    worker): ``(config, summary)``. Read it; never write into its folder."""
+    from drlcli.config import load_config
+    from drlcli.runtime.training import train
+    from drlcli.topology import AvailableDevices
+
+    folder = tmp_path_factory.mktemp("two_rounds")
+    path = folder / "tiny.yaml"
+    path.write_text(TINY_PPO.format(total=256, output=folder / "out"))
+    config = load_config(path)
+    return config, train(config, quiet=True, devices=AvailableDevices(cuda_devices=0, mps=False))
+
+
+@pytest.fixture
+def trained(tiny_config, two_rounds):
+    """``trained(name)``: ``tiny_config(name)``'s outputs as if it had been run (the shared
+    two-round run's files under this name; training is deterministic); returns its config."""
+    from drlcli.config import load_config
+
+    def copy(name: str):
+        config = load_config(tiny_config(name))
+        copy_run_outputs(two_rounds[0], config)
+        return config
+
+    return copy
+
+
+@pytest.fixture(scope="session")
 def ppo_checkpoint_payload():
     """A real PPO checkpoint payload (fresh learner, InvertedPendulum), built without Ray."""
     import numpy as np

@@ -106,10 +106,9 @@ def test_periodic_evaluation_chooses_the_best_checkpoint_and_the_final_one_is_re
 
 @pytest.mark.usefixtures("ray_cluster")
 def test_without_periodic_evaluation_the_best_is_by_training_return_and_the_final_is_evaluated(
-    tiny_config,
+    trained, two_rounds
 ):
-    config = load_config(tiny_config("plain", total=256))
-    summary = train(config, quiet=True, devices=NO_GPU)
+    config, summary = trained("plain"), two_rounds[1]
     assert "eval_return_mean" not in read_metrics(config.metrics_path)[0]
     latest = read_checkpoint(config.checkpoint_path)
     assert latest.evaluation is not None and latest.evaluation["episodes"] == 10

@@ -397,10 +397,13 @@ def test_a_full_disk_stops_the_round_in_one_line_and_keeps_the_previous_checkpoi
     kept = read_checkpoint(config.checkpoint_path)  # intact and loadable
     assert kept.progress.round >= 2
 
-    filler.unlink()  # space again: the run resumes from the kept checkpoint
-    summary = train(config, resume=config.checkpoint_path, quiet=True, devices=NO_GPU)
-    assert summary.rounds == 60
-    assert [int(row["round"]) for row in read_metrics(config.metrics_path)] == list(range(1, 61))
+    filler.unlink()  # space again: the run resumes from the kept checkpoint, two rounds more
+    rounds = kept.progress.round + 2  # (60 rounds kept the run going until the disk was full)
+    resumed = dataclasses.replace(config, total_env_steps=128 * rounds)
+    summary = train(resumed, resume=config.checkpoint_path, quiet=True, devices=NO_GPU)
+    assert summary.rounds == rounds
+    rows = read_metrics(config.metrics_path)
+    assert [int(row["round"]) for row in rows] == list(range(1, rounds + 1))
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ from drlcli.algos.ppo.algorithm import gaussian_actor_spec
 from drlcli.audit import audit_checkpoint
 from drlcli.checkpoints.checks import validate_actor_semantics
 from drlcli.checkpoints.files import load_payload, read_checkpoint
-from drlcli.config import Config, load_config
+from drlcli.config import load_config
 from drlcli.envs import env_facts, make_env
 from drlcli.errors import SemanticsError, UsageError
 from drlcli.metrics.csv_file import read_metrics
@@ -22,7 +22,6 @@ from drlcli.runtime.ppo_loop import PPORoundLoop
 from drlcli.runtime.run_context import EvaluatorContext, RunContext
 from drlcli.runtime.training import train
 from drlcli.topology import AvailableDevices, topology_for_config
-from tests.conftest import TINY_PPO, copy_run_outputs
 from tests.test_metrics import PPO_COLUMNS
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
@@ -31,28 +30,6 @@ NO_GPU = AvailableDevices(cuda_devices=0, mps=False)
 
 def run(path, **kwargs):
     return train(load_config(path), quiet=True, devices=NO_GPU, **kwargs)
-
-
-@pytest.fixture(scope="module")
-def two_rounds(tmp_path_factory, ray_cluster):
-    """The conftest's two-round tiny run, trained once for the module: ``(config, summary)``."""
-    folder = tmp_path_factory.mktemp("two_rounds")
-    path = folder / "tiny.yaml"
-    path.write_text(TINY_PPO.format(total=256, output=folder / "out"))
-    return load_config(path), run(path)
-
-
-@pytest.fixture
-def trained(tiny_config, two_rounds):
-    """``trained(name)``: ``tiny_config(name)``'s outputs as if it had been run (the shared
-    two-round run's files under this name; training is deterministic); returns its config."""
-
-    def copy(name: str) -> Config:
-        config = load_config(tiny_config(name))
-        copy_run_outputs(two_rounds[0], config)
-        return config
-
-    return copy
 
 
 def test_two_round_smoke_training_writes_metrics_and_both_checkpoints(two_rounds):
