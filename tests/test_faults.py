@@ -398,7 +398,7 @@ def test_a_full_disk_stops_the_round_in_one_line_and_keeps_the_previous_checkpoi
     assert kept.progress.round >= 2
 
     filler.unlink()  # space again: the run resumes from the kept checkpoint, two rounds more
-    rounds = kept.progress.round + 2  # (60 rounds kept the run going until the disk was full)
+    rounds = kept.progress.round + 2  # (the first run's 60 rounds only outlast the filling)
     resumed = dataclasses.replace(config, total_env_steps=128 * rounds)
     summary = train(resumed, resume=config.checkpoint_path, quiet=True, devices=NO_GPU)
     assert summary.rounds == rounds
