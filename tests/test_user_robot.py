@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 import os
 
-import gymnasium
 import numpy as np
 import pytest
 from rich.console import Console
@@ -29,19 +28,7 @@ ENV_ID = f"tests.user_robot:{user_robot.ENV_ID}"
 
 
 def test_a_random_policy_does_not_solve_the_task():
-    env = gymnasium.make(ENV_ID)
-    env.action_space.seed(0)
-    returns = []
-    for episode in range(5):
-        env.reset(seed=1000 + episode)
-        total, done = 0.0, False
-        while not done:
-            _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
-            total += float(reward)
-            done = terminated or truncated
-        returns.append(total)
-    env.close()
-    assert np.mean(returns) < -50
+    assert user_robot.random_policy_return(episodes=5) < -50
 
 
 @pytest.mark.usefixtures("ray_cluster")

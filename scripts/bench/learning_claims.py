@@ -43,7 +43,6 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])
 )
 
-import gymnasium  # noqa: E402
 import numpy as np  # noqa: E402
 from rich.console import Console  # noqa: E402
 
@@ -67,26 +66,9 @@ def quiet_train(config: dict, output: Path, name: str) -> tuple[TrainingSummary,
     return summary, loaded.checkpoint_path, loaded.metrics_path
 
 
-def random_policy_return(env_id: str, episodes: int = 10) -> float:
-    """Mean return of uniformly random actions over ``episodes`` seeded episodes."""
-    env = gymnasium.make(env_id)
-    env.action_space.seed(0)
-    returns = []
-    for episode in range(episodes):
-        env.reset(seed=1000 + episode)
-        total, done = 0.0, False
-        while not done:
-            _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
-            total += float(reward)
-            done = terminated or truncated
-        returns.append(total)
-    env.close()
-    return float(np.mean(returns))
-
-
 def user_robot_claim(seeds: list[int], output: Path) -> list[str]:
     """Train PuckReach with the defaults and without observation statistics; the failures."""
-    random_return = random_policy_return(PUCK)
+    random_return = user_robot.random_policy_return(episodes=10)
     print(f"user-robot: a uniformly random policy returns {random_return:.1f}")
     finals: dict[str, list[float]] = {"defaults": [], "without normalisation": []}
     for seed in seeds:

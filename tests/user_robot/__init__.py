@@ -54,5 +54,23 @@ class PuckReachEnv(MujocoEnv):
         return self._get_obs()
 
 
+def random_policy_return(episodes: int) -> float:
+    """Mean return of uniformly random actions over ``episodes`` seeded episodes: what a
+    policy must beat to have learned anything."""
+    env = gymnasium.make(ENV_ID)
+    env.action_space.seed(0)
+    returns = []
+    for episode in range(episodes):
+        env.reset(seed=1000 + episode)
+        total, done = 0.0, False
+        while not done:
+            _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+            total += float(reward)
+            done = terminated or truncated
+        returns.append(total)
+    env.close()
+    return float(np.mean(returns))
+
+
 if ENV_ID not in gymnasium.registry:
     gymnasium.register(ENV_ID, entry_point=PuckReachEnv, max_episode_steps=200)
