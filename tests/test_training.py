@@ -313,44 +313,42 @@ def test_a_non_finite_environment_stops_training_naming_the_round_and_keeps_the_
 TWO_LEARNERS = "num_actors: 2\nnum_gpus: 2\nactors_per_gpu: 1\nlearners_on_cpu: true\n"
 
 
-@pytest.mark.parametrize(("before", "after"), [("", TWO_LEARNERS), (TWO_LEARNERS, "")])
 def test_resume_under_another_learner_count_starts_from_the_mean_and_learner_0s_optimiser(
-    tiny_config, trained, before, after
+    tiny_config, trained
 ):
     """Method.md: with another learner count every learner starts from the mean of the stored
-    networks and learner 0's optimiser; training then continues to the budget."""
+    networks and learner 0's optimiser; training then continues to the budget. One run goes
+    from one learner to two, then back to one."""
     import ray
 
-    if before:
-        config = load_config(tiny_config("count", extra=before))
-        run(tiny_config("count", extra=before))
-    else:
-        config = trained("count")
-    stored = read_checkpoint(config.checkpoint_path)
-    resumed = load_config(tiny_config("count", total=1024, extra=after))
-    topology = topology_for_config(resumed, NO_GPU)
-    facts = env_facts(make_env(resumed.env.id))
-    spec = gaussian_actor_spec(resumed.algo_params, facts.action_low, facts.action_high)
-    plan = RoundPlan(8, 256, stored.progress.round, stored.progress.env_steps)
-    loop = PPORoundLoop(RunContext(resumed, topology, spec, facts, plan, stored))
-    try:
-        states = ray.get([learner.state_dict.remote() for learner in loop.learners])
-    finally:
-        loop.close()
-    assert len(states) == topology.num_learners == (2 if after else 1)
-    for part in ("actor", "value"):
-        for name in stored.learner_states[0][part]:
-            mean = torch.stack([s[part][name] for s in stored.learner_states]).mean(0)
-            for state in states:
-                torch.testing.assert_close(state[part][name], mean, rtol=0, atol=1e-7)
-    first_moment = stored.learner_states[0]["optimizer"]["state"][0]["exp_avg"]
-    for state in states:
-        assert torch.equal(state["optimizer"]["state"][0]["exp_avg"], first_moment)
+    config = trained("count")  # one learner, 256 env steps
+    for total, extra, learners in ((512, TWO_LEARNERS, 2), (1024, "", 1)):
+        stored = read_checkpoint(config.checkpoint_path)
+        resumed = load_config(tiny_config("count", total=total, extra=extra))
+        topology = topology_for_config(resumed, NO_GPU)
+        facts = env_facts(make_env(resumed.env.id))
+        spec = gaussian_actor_spec(resumed.algo_params, facts.action_low, facts.action_high)
+        plan = RoundPlan(8, 256, stored.progress.round, stored.progress.env_steps)
+        loop = PPORoundLoop(RunContext(resumed, topology, spec, facts, plan, stored))
+        try:
+            states = ray.get([learner.state_dict.remote() for learner in loop.learners])
+        finally:
+            loop.close()
+        assert len(states) == topology.num_learners == learners
+        for part in ("actor", "value"):
+            for name in stored.learner_states[0][part]:
+                mean = torch.stack([s[part][name] for s in stored.learner_states]).mean(0)
+                for state in states:
+                    torch.testing.assert_close(state[part][name], mean, rtol=0, atol=1e-7)
+        first_moment = stored.learner_states[0]["optimizer"]["state"][0]["exp_avg"]
+        for state in states:
+            assert torch.equal(state["optimizer"]["state"][0]["exp_avg"], first_moment)
 
-    summary = run(tiny_config("count", total=1024, extra=after), resume=config.checkpoint_path)
-    assert summary.env_steps == 1024
-    steps = [int(row["env_steps"]) for row in read_metrics(config.metrics_path)]
-    assert steps == sorted(steps) and steps[-1] == 1024
+        summary = run(tiny_config("count", total=total, extra=extra), resume=config.checkpoint_path)
+        assert summary.env_steps == total
+        steps = [int(row["env_steps"]) for row in read_metrics(config.metrics_path)]
+        assert steps == sorted(steps) and steps[-1] == total
+    assert len(read_checkpoint(config.checkpoint_path).learner_states) == 1
 
 
 def test_a_runtime_env_cannot_be_given_to_a_ray_the_caller_started(ray_cluster, tiny_config):
