@@ -123,27 +123,6 @@ def test_flash_sac_resume_restores_learner_state_and_counters(flash_config, trai
     assert not load_config(wide).checkpoint_path.exists()
 
 
-def test_custom_actor_injection_end_to_end(flash_config):
-    extra = (
-        "  actor_config:\n"
-        "    builder: tests.custom_actors:build\n"
-        "    kwargs: {action_low: [-3.0], action_high: [3.0], aux_weight: 0.1}\n"
-        "  use_whole_cycle_cuda_graph: false\n"
-    )
-    config = load_config(flash_config("custom", extra=extra))
-    run(flash_config("custom", extra=extra))
-    rows = read_metrics(config.metrics_path)
-    assert "Loss/aux_action_l2" in rows[0]
-    assert rows[1]["Loss/aux_action_l2"] != ""
-    payload = load_payload(config.checkpoint_path)
-    semantics = payload["actor_semantics"]
-    assert semantics["kind"] == "custom" and semantics["builder"] == "tests.custom_actors:build"
-    with pytest.raises(SemanticsError, match="--allow-builder tests.custom_actors"):
-        load_play_actor(config.checkpoint_path)
-    policy = load_play_actor(config.checkpoint_path, allow_builders=["tests.custom_actors"])
-    assert type(policy.actor).__name__ == "AuxLossActor"
-
-
 def test_replay_buffer_is_saved_and_restored_only_when_asked(flash_config, trained):
     import numpy as np
 
@@ -177,9 +156,12 @@ def test_replay_buffer_is_saved_and_restored_only_when_asked(flash_config, train
         assert data["learner0_obs"].shape == (240, 4)
 
 
-def test_with_two_learners_every_learner_trains_and_reports_the_aux_loss(flash_config):
-    """The aux loss takes the actor loss's route on every learner: its own actor optimiser,
-    then the same parameter averaging (every round here)."""
+def test_a_custom_actor_trains_on_two_learners_reports_its_aux_loss_and_plays_when_allowed(
+    flash_config,
+):
+    """The injected actor's aux loss takes the actor loss's route on every learner: its own
+    actor optimiser, then the same parameter averaging (every round here). Its checkpoint
+    names the builder, which play runs only when allowed."""
     extra = (
         "  actor_config:\n"
         "    builder: tests.custom_actors:build\n"
@@ -193,10 +175,17 @@ def test_with_two_learners_every_learner_trains_and_reports_the_aux_loss(flash_c
     run(path)
     rows = read_metrics(config.metrics_path)
     assert float(rows[-1]["Loss/aux_action_l2"]) > 0  # averaged over both learners' reports
-    states = load_payload(config.checkpoint_path)["learner_states"]
+    payload = load_payload(config.checkpoint_path)
+    states = payload["learner_states"]
     assert len(states) == 2
     for name, tensor in states[0]["actor"].items():
         assert torch.equal(tensor, states[1]["actor"][name]), name
+    semantics = payload["actor_semantics"]
+    assert semantics["kind"] == "custom" and semantics["builder"] == "tests.custom_actors:build"
+    with pytest.raises(SemanticsError, match="--allow-builder tests.custom_actors"):
+        load_play_actor(config.checkpoint_path)
+    policy = load_play_actor(config.checkpoint_path, allow_builders=["tests.custom_actors"])
+    assert type(policy.actor).__name__ == "AuxLossActor"
 
 
 TWO_LEARNERS = "num_actors: 2\nnum_gpus: 2\nactors_per_gpu: 1\nlearners_on_cpu: true\n"
@@ -204,56 +193,52 @@ ONE_LEARNER = "num_actors: 2\n"
 SAVE_REPLAY = "  save_replay_buffer: true\n"
 
 
-@pytest.mark.parametrize(
-    ("before", "after"), [(ONE_LEARNER, TWO_LEARNERS), (TWO_LEARNERS, ONE_LEARNER)]
-)
-def test_resume_under_another_learner_count_keeps_the_runs_totals(flash_config, before, after):
+def test_resume_under_another_learner_count_keeps_the_runs_totals(flash_config):
     """Method.md: the mean of the stored networks, learner 0's optimisers, the totals shared
-    out; the replay buffers pooled and dealt out, none dropped or duplicated."""
+    out; the replay buffers pooled and dealt out, none dropped or duplicated. One run goes
+    from one learner to two, then back to one."""
     import numpy as np
-
-    from drlcli.runtime.checkpointing import replay_path
-
-    config = load_config(flash_config("switch", total=320, extra=SAVE_REPLAY + before))
-    run(flash_config("switch", total=320, extra=SAVE_REPLAY + before))
-    stored = load_payload(config.checkpoint_path)["learner_states"]
-    with np.load(replay_path(config.checkpoint_path), allow_pickle=False) as data:
-        stored_rows = sorted(
-            map(
-                tuple,
-                np.concatenate(
-                    [data[k] for k in sorted(data.files) if k.split("_", 1)[1] == "obs"]
-                ).tolist(),
-            )
-        )
 
     from drlcli.algos.flash_sac.algorithm import FLASH_SAC
     from drlcli.off_policy.resume import learner_states_for
+    from drlcli.runtime.checkpointing import replay_path
 
-    count = 2 if after is TWO_LEARNERS else 1
-    shared = learner_states_for(stored, count, FLASH_SAC.off_policy.network_keys)
-    for total in ("transitions", "updates"):  # shared out, up to rounding
-        assert abs(sum(s[total] for s in shared) - sum(s[total] for s in stored)) < count
-    scaler_count = sum(s["return_scaler"]["count"] for s in stored)
-    assert all(s["return_scaler"]["count"] == scaler_count for s in shared)
-    mean_head = torch.stack([s["critic"]["head.weight"] for s in stored]).mean(0)
-    assert all(torch.equal(s["critic"]["head.weight"], mean_head) for s in shared)
+    config = load_config(flash_config("switch", total=320, extra=SAVE_REPLAY + ONE_LEARNER))
+    run(flash_config("switch", total=320, extra=SAVE_REPLAY + ONE_LEARNER))
+    for total, after, count in ((480, TWO_LEARNERS, 2), (640, ONE_LEARNER, 1)):
+        stored = load_payload(config.checkpoint_path)["learner_states"]
+        with np.load(replay_path(config.checkpoint_path), allow_pickle=False) as data:
+            stored_rows = sorted(
+                map(
+                    tuple,
+                    np.concatenate(
+                        [data[k] for k in sorted(data.files) if k.split("_", 1)[1] == "obs"]
+                    ).tolist(),
+                )
+            )
+        shared = learner_states_for(stored, count, FLASH_SAC.off_policy.network_keys)
+        for counter in ("transitions", "updates"):  # shared out, up to rounding
+            assert abs(sum(s[counter] for s in shared) - sum(s[counter] for s in stored)) < count
+        scaler_count = sum(s["return_scaler"]["count"] for s in stored)
+        assert all(s["return_scaler"]["count"] == scaler_count for s in shared)
+        mean_head = torch.stack([s["critic"]["head.weight"] for s in stored]).mean(0)
+        assert all(torch.equal(s["critic"]["head.weight"], mean_head) for s in shared)
 
-    summary = run(
-        flash_config("switch", total=480, extra=SAVE_REPLAY + after),
-        resume=config.checkpoint_path,
-        resume_replay=True,
-    )
-    assert summary.env_steps == 480
-    rows = read_metrics(config.metrics_path)
-    assert [int(r["env_steps"]) for r in rows] == [160, 320, 480]
-    # The refilled buffers hold every stored transition once, plus the new round's.
-    assert float(rows[2]["buffer_size"]) == 320 + 160
-    with np.load(replay_path(config.checkpoint_path), allow_pickle=False) as data:
-        files = sorted(k for k in data.files if k.split("_", 1)[1] == "obs")
-        assert len(files) == count
-        rows_now = sorted(map(tuple, np.concatenate([data[k] for k in files]).tolist()))
-    assert set(stored_rows) <= set(rows_now) and len(rows_now) == 480
+        summary = run(
+            flash_config("switch", total=total, extra=SAVE_REPLAY + after),
+            resume=config.checkpoint_path,
+            resume_replay=True,
+        )
+        assert summary.env_steps == total
+        rows = read_metrics(config.metrics_path)
+        assert [int(r["env_steps"]) for r in rows] == list(range(160, total + 1, 160))
+        # The refilled buffers hold every stored transition once, plus the new round's.
+        assert float(rows[-1]["buffer_size"]) == total
+        with np.load(replay_path(config.checkpoint_path), allow_pickle=False) as data:
+            files = sorted(k for k in data.files if k.split("_", 1)[1] == "obs")
+            assert len(files) == count
+            rows_now = sorted(map(tuple, np.concatenate([data[k] for k in files]).tolist()))
+        assert set(stored_rows) <= set(rows_now) and len(rows_now) == total
 
 
 def test_a_flash_sac_run_stopped_and_resumed_with_its_replay_is_the_run_never_stopped(
