@@ -104,11 +104,13 @@ def run(path):
 
 
 @pytest.mark.usefixtures("ray_cluster")
-def test_final_step_success_is_a_column_and_chooses_the_best_checkpoint(tmp_path):
+def test_final_step_success_is_a_column_chooses_the_best_checkpoint_and_play_prints_it(
+    tmp_path,
+):
     """SAC (no observation warm-up: each env's episodes count from 0): per round each of the 2
     envs ends 5 episodes of 8 steps; by the final step episodes 0, 2, 4 succeed in round 1
     (6 of 10) and 6, 8 in round 2 (4 of 10). The best is round 1's; the final evaluation's 3
-    fresh episodes succeed 2 of 3."""
+    fresh episodes succeed 2 of 3, and so do play's, each episode's outcome in its row."""
     path = pattern_config(
         tmp_path,
         "sac",
@@ -125,6 +127,24 @@ def test_final_step_success_is_a_column_and_chooses_the_best_checkpoint(tmp_path
     latest = read_checkpoint(config.checkpoint_path)
     assert latest.evaluation["success_rate"] == pytest.approx(2 / 3)
     assert summary.final_evaluation.success_rate == pytest.approx(2 / 3)
+
+    result = CliRunner().invoke(
+        app,
+        [
+            "play",
+            str(config.checkpoint_path),
+            "--episodes",
+            "3",
+            "--allow-env-module",
+            "tests.range_envs",
+        ],
+        env={"COLUMNS": "200"},
+    )
+    assert result.exit_code == 0, result.output
+    lines = [" ".join(line.split()) for line in result.output.splitlines()]
+    assert any(line.startswith("┃ episode ┃ return ┃ length ┃ success ┃") for line in lines)
+    cells = [line.split("│")[4].strip() for line in lines if line.startswith("│")]
+    assert cells == ["yes", "no", "yes", "67% (2/3)"]
 
 
 @pytest.mark.usefixtures("ray_cluster")
@@ -187,29 +207,6 @@ def test_an_unknown_success_rule_is_refused():
 
     with pytest.raises(ConfigError, match="env.success_when"):
         config_from_dict({"env": {"success_when": "last"}})
-
-
-@pytest.mark.usefixtures("ray_cluster")
-def test_play_prints_each_episodes_success_and_the_rate(tmp_path):
-    path = pattern_config(tmp_path, "sac", ", success_when: final_step", total=80)
-    config, _, _ = run(path)
-    result = CliRunner().invoke(
-        app,
-        [
-            "play",
-            str(config.checkpoint_path),
-            "--episodes",
-            "3",
-            "--allow-env-module",
-            "tests.range_envs",
-        ],
-        env={"COLUMNS": "200"},
-    )
-    assert result.exit_code == 0, result.output
-    lines = [" ".join(line.split()) for line in result.output.splitlines()]
-    assert any(line.startswith("┃ episode ┃ return ┃ length ┃ success ┃") for line in lines)
-    cells = [line.split("│")[4].strip() for line in lines if line.startswith("│")]
-    assert cells == ["yes", "no", "yes", "67% (2/3)"]
 
 
 def test_a_checkpoint_from_before_the_success_tiebreak_still_reads(checkpoint_file):
