@@ -172,7 +172,8 @@ def test_a_dict_task_trains_verifies_plays_and_exports(tmp_path, algo):
     (episode,) = run_episodes(policy, episodes=1, seed=0)
     assert episode.length == tests.dict_envs.EPISODE_STEPS
 
-    if algo == "ppo":  # one export is enough: the layout is the same record for all three
+    # One export and one resume are enough: the layout is the same record for all three.
+    if algo == "ppo":
         out = tmp_path / "policy.onnx"
         export_onnx(config.checkpoint_path, out, allow_env_modules=["tests.dict_envs"])
         metadata = {p.key: p.value for p in onnx.load(str(out)).metadata_props}
@@ -182,16 +183,15 @@ def test_a_dict_task_trains_verifies_plays_and_exports(tmp_path, algo):
             {"key": "target", "shape": [2], "start": 4, "stop": 6},
             {"key": "time_left", "shape": [], "start": 6, "stop": 7},
         ]
+        assert_resume_under_other_observation_keys_is_refused_and_writes_nothing(tmp_path, config)
 
 
-@pytest.mark.usefixtures("ray_cluster")
-def test_resume_under_other_observation_keys_is_refused_and_writes_nothing(tmp_path):
+def assert_resume_under_other_observation_keys_is_refused_and_writes_nothing(tmp_path, config):
+    """``config``: the PPO dict task, trained."""
     from drlcli.runtime.training import train
     from drlcli.topology import AvailableDevices
 
     no_gpu = AvailableDevices(cuda_devices=0, mps=False)
-    config = load_config(dict_config(tmp_path, "ppo"))
-    train(config, quiet=True, devices=no_gpu)
     before = config.checkpoint_path.read_bytes()
     reordered = load_config(
         dict_config(
