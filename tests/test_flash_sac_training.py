@@ -156,6 +156,11 @@ def test_replay_buffer_is_saved_and_restored_only_when_asked(flash_config, train
         assert data["learner0_obs"].shape == (240, 4)
 
 
+TWO_LEARNERS = "num_actors: 2\nnum_gpus: 2\nactors_per_gpu: 1\nlearners_on_cpu: true\n"
+ONE_LEARNER = "num_actors: 2\n"
+SAVE_REPLAY = "  save_replay_buffer: true\n"
+
+
 def test_a_custom_actor_trains_on_two_learners_reports_its_aux_loss_and_plays_when_allowed(
     flash_config,
 ):
@@ -167,8 +172,7 @@ def test_a_custom_actor_trains_on_two_learners_reports_its_aux_loss_and_plays_wh
         "    builder: tests.custom_actors:build\n"
         "    kwargs: {action_low: [-3.0], action_high: [3.0], aux_weight: 0.1}\n"
         "  use_whole_cycle_cuda_graph: false\n"
-        "num_actors: 2\nnum_gpus: 2\nactors_per_gpu: 1\nlearners_on_cpu: true\n"
-    )
+    ) + TWO_LEARNERS
     path = flash_config("custom2", extra=extra)  # the last lines are top-level keys
     config = load_config(path)
     assert (config.num_gpus, config.learners_on_cpu) == (2, True)
@@ -188,34 +192,18 @@ def test_a_custom_actor_trains_on_two_learners_reports_its_aux_loss_and_plays_wh
     assert type(policy.actor).__name__ == "AuxLossActor"
 
 
-TWO_LEARNERS = "num_actors: 2\nnum_gpus: 2\nactors_per_gpu: 1\nlearners_on_cpu: true\n"
-ONE_LEARNER = "num_actors: 2\n"
-SAVE_REPLAY = "  save_replay_buffer: true\n"
-
-
 def test_resume_under_another_learner_count_keeps_the_runs_totals(flash_config):
     """Method.md: the mean of the stored networks, learner 0's optimisers, the totals shared
     out; the replay buffers pooled and dealt out, none dropped or duplicated. One run goes
     from one learner to two, then back to one."""
-    import numpy as np
-
     from drlcli.algos.flash_sac.algorithm import FLASH_SAC
     from drlcli.off_policy.resume import learner_states_for
-    from drlcli.runtime.checkpointing import replay_path
 
     config = load_config(flash_config("switch", total=320, extra=SAVE_REPLAY + ONE_LEARNER))
     run(flash_config("switch", total=320, extra=SAVE_REPLAY + ONE_LEARNER))
     for total, after, count in ((480, TWO_LEARNERS, 2), (640, ONE_LEARNER, 1)):
         stored = load_payload(config.checkpoint_path)["learner_states"]
-        with np.load(replay_path(config.checkpoint_path), allow_pickle=False) as data:
-            stored_rows = sorted(
-                map(
-                    tuple,
-                    np.concatenate(
-                        [data[k] for k in sorted(data.files) if k.split("_", 1)[1] == "obs"]
-                    ).tolist(),
-                )
-            )
+        _, stored_rows = replay_observations(config.checkpoint_path)
         shared = learner_states_for(stored, count, FLASH_SAC.off_policy.network_keys)
         for counter in ("transitions", "updates"):  # shared out, up to rounding
             assert abs(sum(s[counter] for s in shared) - sum(s[counter] for s in stored)) < count
@@ -234,11 +222,21 @@ def test_resume_under_another_learner_count_keeps_the_runs_totals(flash_config):
         assert [int(r["env_steps"]) for r in rows] == list(range(160, total + 1, 160))
         # The refilled buffers hold every stored transition once, plus the new round's.
         assert float(rows[-1]["buffer_size"]) == total
-        with np.load(replay_path(config.checkpoint_path), allow_pickle=False) as data:
-            files = sorted(k for k in data.files if k.split("_", 1)[1] == "obs")
-            assert len(files) == count
-            rows_now = sorted(map(tuple, np.concatenate([data[k] for k in files]).tolist()))
+        learner_files, rows_now = replay_observations(config.checkpoint_path)
+        assert learner_files == count
         assert set(stored_rows) <= set(rows_now) and len(rows_now) == total
+
+
+def replay_observations(checkpoint_path) -> tuple[int, list[tuple]]:
+    """The replay file beside ``checkpoint_path``: how many learners' buffers it holds, and
+    every stored observation of them all as a sorted list of tuples."""
+    import numpy as np
+
+    from drlcli.runtime.checkpointing import replay_path
+
+    with np.load(replay_path(checkpoint_path), allow_pickle=False) as data:
+        files = sorted(k for k in data.files if k.split("_", 1)[1] == "obs")
+        return len(files), sorted(map(tuple, np.concatenate([data[k] for k in files]).tolist()))
 
 
 def test_a_flash_sac_run_stopped_and_resumed_with_its_replay_is_the_run_never_stopped(
