@@ -152,6 +152,7 @@ def test_video_decodes_to_the_expected_frames(checkpoint_file, tmp_path):
     assert not list(tmp_path.glob(".clip*")), "temporary file left behind"
 
 
+@pytest.mark.subprocess  # imageio's ffmpeg process writes the video
 def test_a_task_whose_make_takes_no_size_is_recorded_at_the_size_asked(checkpoint_file, tmp_path):
     """drltest/FixedSizeRender-v0 renders 64 x 48 and refuses width/height (as Shimmy's
     dm_control tasks do): its frames are resized to the 96 x 80 asked."""
