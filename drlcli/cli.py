@@ -164,7 +164,8 @@ def train(
         typer.Option(
             "--resume-replay",
             help="FlashSAC, SAC: also refill the replay buffer saved beside CKPT "
-            "(needs algo_params.save_replay_buffer: true in the run that wrote it).",
+            "(needs algo_params.save_replay_buffer: true in the run that wrote it); one "
+            "saved with another round than CKPT is refused.",
         ),
     ] = False,
     quiet: Annotated[

@@ -232,6 +232,14 @@ class Config:
     """Run all num_gpus learners on CPU (the multi-learner topology without GPUs)."""
     max_rollout_actor_restarts: int = field(default=10, metadata=in_range(0, None))
     """Times Ray restarts each rollout actor whose process died before the run stops."""
+    stop_grace_s: float = field(default=20.0, metadata=in_range(0.0, None, low_open=True))
+    """After the first SIGINT or SIGTERM, how long the round in progress may take to finish and
+    write its checkpoint before it is abandoned (below Slurm's default KillWait of 30 s, which
+    also leaves time to stop Ray)."""
+    hang_timeout_s: float | None = field(default=None, metadata=in_range(0.0, None, low_open=True))
+    """How long one phase of a run (its start, a round with its outputs, the final evaluation)
+    may take before the run ends as hung; null: 10 times the slowest round so far, at least
+    ``HANG_TIMEOUT_FLOOR_S`` (30 minutes)."""
     learner_threads: int | None = field(default=None, metadata=positive())
     """torch threads of each off-policy learner (FlashSAC, SAC) on CPU; null: the machine's
     cores left by the run's other CPU processes (rollout actors, evaluator), shared by the

@@ -53,29 +53,20 @@ class TrainingError(DrlError):
 
 
 class TrainingStopped(DrlError):
-    """Training stopped on a signal (Ctrl-C, or SIGTERM from Slurm or Kubernetes) after the
-    round in progress was written. Exit status 128 + the signal number, as a shell reports it.
+    """Training stopped on a signal (Ctrl-C, or SIGTERM from Slurm or Kubernetes): after the
+    round in progress was written, at once outside the rounds, or aborted by a second signal
+    or the end of ``stop_grace_s`` (``drlcli.runtime.stop.StopRequest.error`` words it). Exit
+    status 128 + the signal number, as a shell reports it.
 
     Attributes:
-        signal_name: ``SIGINT`` or ``SIGTERM``.
-        checkpoint: the checkpoint to resume from (None: the run has none yet).
-        during: what the run was doing when it was not training rounds (``"while starting"``,
-            ``"during the final evaluation"``); empty: after a round.
+        checkpoint: the checkpoint to continue from (None: the run has none yet, or nothing is
+            left to continue).
     """
 
-    def __init__(
-        self,
-        signal_name: str,
-        signal_number: int,
-        checkpoint: object,
-        rounds: int,
-        during: str = "",
-    ):
-        self.signal_name, self.checkpoint = signal_name, checkpoint
+    def __init__(self, message: str, signal_number: int, checkpoint: object):
+        self.checkpoint = checkpoint
         self.exit_code = 128 + signal_number
-        where = f"checkpoint {checkpoint}" if checkpoint is not None else "no checkpoint yet"
-        when = f"{during}, after round {rounds}" if during and rounds else during
-        super().__init__(f"stopped by {signal_name} {when or f'after round {rounds}'}; {where}")
+        super().__init__(message)
 
 
 class StorageError(DrlError):

@@ -375,3 +375,35 @@ if FIXED_SIZE_RENDER_ENV_ID not in gymnasium.registry:
     gymnasium.register(
         FIXED_SIZE_RENDER_ENV_ID, entry_point=_fixed_size_render, max_episode_steps=20
     )
+
+
+DIE_IN_EVALUATION_ENV_ID = "drltest/DieInEvaluation-v0"
+
+
+class DieInEvaluationEnv(ImprovingEnv):
+    """``ImprovingEnv`` (episodes of 8 steps) whose process dies by SIGKILL when an episode
+    seeded as drl's evaluations seed them starts, twice: the first time (marker
+    ``<marker_dir>/first``), then once more in the process that redoes the evaluation (marker
+    ``second``): an evaluator that dies, then dies again in its re-evaluation."""
+
+    def __init__(self, marker_dir: str, render_mode: str | None = None) -> None:
+        super().__init__()
+        self.marker_dir = marker_dir
+
+    def reset(self, *, seed=None, options=None):
+        import os
+        import signal
+
+        from drlcli.evaluation import EVALUATION_SEED_OFFSET
+
+        if seed is not None and seed >= EVALUATION_SEED_OFFSET:
+            for marker in ("first", "second"):
+                if _claim(os.path.join(self.marker_dir, marker)):
+                    os.kill(os.getpid(), signal.SIGKILL)
+        return super().reset(seed=seed, options=options)
+
+
+if DIE_IN_EVALUATION_ENV_ID not in gymnasium.registry:
+    gymnasium.register(
+        DIE_IN_EVALUATION_ENV_ID, entry_point=DieInEvaluationEnv, max_episode_steps=8
+    )

@@ -20,7 +20,7 @@ from rich.console import Console
 
 from drlcli.checkpoints.files import read_checkpoint
 from drlcli.config import load_config
-from drlcli.errors import ConfigError, StorageError, TrainingError
+from drlcli.errors import ConfigError, StorageError, TrainingError, UsageError
 from drlcli.metrics.csv_file import read_metrics
 from drlcli.runtime.restarts import RestartCounter
 from drlcli.runtime.training import train
@@ -149,6 +149,52 @@ def test_a_learner_killed_while_it_saves_its_replay_buffer_names_the_checkpoint(
     assert_learner_died(str(error.value), r"round 2", config)
     assert read_checkpoint(config.checkpoint_path).progress.round == 2
     assert [row["round"] for row in read_metrics(config.metrics_path)] == ["1", "2"]
+    # Round 1's buffer beside round 2's checkpoint: --resume-replay refuses the pair in one
+    # line before anything starts, naming both rounds and the choices.
+    monkeypatch.undo()
+    before = config.checkpoint_path.read_bytes()
+    with pytest.raises(UsageError) as refused:
+        train(config, resume=config.checkpoint_path, resume_replay=True, devices=NO_GPU)
+    assert refused.value.exit_code == 2
+    assert str(refused.value) == (
+        f"{config.checkpoint_path.with_name('model_flash_sac_replay.npz')}: this replay buffer "
+        f"was saved with round 1 (160 env steps), the checkpoint {config.checkpoint_path} is "
+        "of round 2 (320 env steps): the run ended between the two writes; resume without "
+        "--resume-replay (updates wait until the buffer refills), or from the checkpoint the "
+        "buffer was saved with"
+    )
+    assert config.checkpoint_path.read_bytes() == before
+
+
+def test_the_evaluator_dying_again_while_it_redoes_an_evaluation_is_one_restart_more(tmp_path):
+    """The evaluator's process dies in the final evaluation, then again in the evaluation
+    redone on its restarted process (``DieInEvaluation``): under the restart limit that is
+    one restart more and the run completes with its evaluation; past it the run stops in one
+    line naming the evaluator and the limit."""
+    params = PARAMS["ppo"]
+    env = "tests.range_envs:drltest/DieInEvaluation-v0"
+    evaluation = "evaluation: {interval_env_steps: 100000, episodes: 1}\n"
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    kwargs = f"{{marker_dir: '{markers}'}}"
+    extra = evaluation + "max_rollout_actor_restarts: 2\n"
+    config = dying_config(tmp_path, "ppo", kwargs, 160, extra, params, env)
+    summary, _ = run(config)
+    assert sorted(marker.name for marker in markers.iterdir()) == ["first", "second"]
+    assert summary.final_evaluation is not None
+    assert read_checkpoint(config.checkpoint_path).evaluation is not None
+
+    for marker in markers.iterdir():
+        marker.unlink()
+    extra = evaluation + "max_rollout_actor_restarts: 1\n"
+    config = dying_config(tmp_path, "ppo", kwargs, 160, extra, params, env)
+    with pytest.raises(TrainingError) as error:
+        run(config)
+    assert re.fullmatch(
+        r"the evaluator died 2 times, more than max_rollout_actor_restarts: 1 \(pid \d+: .*\)",
+        str(error.value),
+    ), error.value
+    assert read_checkpoint(config.checkpoint_path).evaluation is None
 
 
 def test_data_parallel_learners_start_updating_together_after_one_lost_transitions(tmp_path):
@@ -205,9 +251,9 @@ def test_past_the_restart_limit_the_run_stops_naming_the_actor_and_the_checkpoin
 def test_a_round_loop_that_fails_part_way_leaves_no_process(
     tmp_path, monkeypatch, algo, loop_module, failing_step
 ):
-    """The round loop's constructor fails after its actors started (PPO: in the observation
-    warm-up; off-policy: loading the stored states, here the learners' first call): every actor
-    it started is stopped, in the test session's shared Ray too."""
+    """The round loop fails after its actors started (PPO: in the observation warm-up;
+    off-policy: in its constructor, loading the stored states, here the learners' first call):
+    every actor it started is stopped, in the test session's shared Ray too."""
     import importlib
 
     module = importlib.import_module(loop_module)
@@ -579,3 +625,28 @@ def test_an_env_stepper_that_dies_again_while_it_comes_back_is_one_restart_more(
     result = pool._result_or_restart(0)
     assert pool.restarts.restarts == [2] and dying.calls == 2
     assert result["lost"].all()
+
+
+def test_a_round_that_hangs_ends_the_run_after_hang_timeout_s(tmp_path):
+    """A rollout actor's step that never returns (``PauseAt``, never released) and no signal:
+    the driver's wait on round 2 is abandoned after ``hang_timeout_s``, the run ends in one
+    line naming the round, the bound and the last good checkpoint, which verifies."""
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    # One warm-up step, then 40 per round: the 51st step is in round 2.
+    kwargs = f"{{at_step: 51, marker_dir: '{markers}'}}"
+    config = dying_config(
+        tmp_path, "ppo", kwargs, total=480, extra="hang_timeout_s: 15\n", env=PAUSE_ENV
+    )
+    started = time.monotonic()
+    with pytest.raises(TrainingError) as error:
+        run(config)
+    assert time.monotonic() - started < 100  # not the 120 s PauseAt holds at most
+    assert str(error.value) == (
+        "round 2 did not finish within 15 s (hang_timeout_s): a stuck environment, a lost node "
+        "or an overloaded machine; raise hang_timeout_s if it only needs longer; the last good "
+        f"checkpoint is {config.checkpoint_path}"
+    )
+    assert any(markers.glob("reached-*"))
+    assert read_checkpoint(config.checkpoint_path).progress.round == 1
+    assert [row["round"] for row in read_metrics(config.metrics_path)] == ["1"]

@@ -126,8 +126,8 @@ def test_flash_sac_resume_restores_learner_state_and_counters(flash_config, trai
 def test_replay_buffer_is_saved_and_restored_only_when_asked(flash_config, trained):
     import numpy as np
 
+    from drlcli.checkpoints.replay_file import replay_path
     from drlcli.errors import CheckpointError, UsageError
-    from drlcli.runtime.checkpointing import replay_path
 
     config = trained("plain")
     assert not replay_path(config.checkpoint_path).exists()
@@ -232,7 +232,7 @@ def replay_observations(checkpoint_path) -> tuple[int, list[tuple]]:
     every stored observation of them all as a sorted list of tuples."""
     import numpy as np
 
-    from drlcli.runtime.checkpointing import replay_path
+    from drlcli.checkpoints.replay_file import replay_path
 
     with np.load(replay_path(checkpoint_path), allow_pickle=False) as data:
         files = sorted(k for k in data.files if k.split("_", 1)[1] == "obs")

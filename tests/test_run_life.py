@@ -1,7 +1,8 @@
 """A run owns its whole life: SIGINT or SIGTERM to ``drl train``'s whole process group (a
 terminal's Ctrl-C, ``timeout(1)``, ``kill -- -PGID``) or to the driver alone (``kill PID``), at
 each phase of PPO, FlashSAC and SAC runs: Ray's start, PPO's warm-up, the first round, a later
-round, a checkpoint's write, the final evaluation.
+round, a checkpoint's write, the final evaluation; two signals in a round, a round that hangs
+after the signal, and the driver killed outright.
 
 Each run is held at its phase by its environment (tests/range_envs.py: ``PauseAt`` holds a
 rollout actor's step until released, ``SlowEvaluation`` makes the final evaluation last) or, for
@@ -49,9 +50,13 @@ ALGO_PARAMS = {
 ROLLOUT_LENGTH = {"ppo": 64, "flash_sac": 40, "sac": 40}
 
 
-def write_config(folder: Path, algo: str, env: str, rounds: int) -> Path:
-    """A run of ``rounds`` rounds of one env in one rollout actor, evaluated once at its end."""
+def write_config(
+    folder: Path, algo: str, env: str, rounds: int, extra: str = "", params: str = ""
+) -> Path:
+    """A run of ``rounds`` rounds of one env in one rollout actor, evaluated once at its end;
+    ``extra``: more top-level lines, ``params``: more ``algo_params`` entries."""
     path = folder / f"{algo}.yaml"
+    algo_params = ALGO_PARAMS[algo] if not params else ALGO_PARAMS[algo][:-1] + f", {params}}}"
     path.write_text(
         f"algo: {algo}\n"
         f"env: {{{env}, num_envs: 1, seed: 2}}\n"
@@ -59,7 +64,8 @@ def write_config(folder: Path, algo: str, env: str, rounds: int) -> Path:
         f"rollout_length: {ROLLOUT_LENGTH[algo]}\n"
         "evaluation: {episodes: 1}\n"
         f"output_dir: {folder / 'out'}\n"
-        f"algo_params: {ALGO_PARAMS[algo]}\n"
+        f"algo_params: {algo_params}\n"
+        f"{extra}"
     )
     return path
 
@@ -183,7 +189,7 @@ def test_a_signal_during_ppo_warm_up_stops_at_once(tmp_path):
     driver.send(signal.SIGTERM)
     code, _, stderr = driver.finish()
     assert code == 143, stderr
-    assert "stopped by SIGTERM while starting; no checkpoint yet" in stderr
+    assert "stopped by SIGTERM during the observation warm-up; no checkpoint yet" in stderr
     assert "Traceback" not in stderr
     assert driver.leftovers() == set()
 
@@ -243,6 +249,107 @@ def test_a_signal_while_a_checkpoint_is_written_finishes_the_round(tmp_path, alg
     time.sleep(1.0)
     (markers / "release").touch()
     assert_stopped_after_round(driver, path, sent, 2)
+
+
+def held_in_round_2(tmp_path: Path, algo: str, extra: str = "") -> tuple[Path, Path, Driver]:
+    """A run of ``algo`` held in the middle of its round 2 (``PauseAt``): its config, the
+    markers folder (``release`` lets the round go on) and its driver."""
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    length = ROLLOUT_LENGTH[algo]
+    at_step = WARM_UP_STEPS[algo] + length + length // 3
+    path = write_config(tmp_path, algo, paused_at(at_step, markers), rounds=6, extra=extra)
+    driver = Driver(str(path))
+    driver.wait_until(lambda: any(markers.glob("reached-*")), "held in round 2")
+    return path, markers, driver
+
+
+def assert_aborted_in_round_2(driver: Driver, path: Path, code: int, line: str) -> None:
+    """The run ended with ``code`` and ``line`` (then the resume line); round 1's checkpoint
+    is the last good one and verifies; its row is the only one; nothing is left running."""
+    config = load_config(path)
+    exit_code, _, stderr = driver.finish()
+    assert exit_code == code, stderr
+    assert (f"{line}; continue with: drl train {path} --resume {config.checkpoint_path}") in stderr
+    assert "Traceback" not in stderr
+    assert read_checkpoint(config.checkpoint_path).progress.round == 1  # verifies
+    assert len(read_metrics(config.metrics_path)) == 1
+    assert driver.leftovers() == set()
+
+
+def test_a_second_signal_mid_round_aborts_the_round_at_once(tmp_path):
+    """Two Ctrl-C a second apart in round 2 (a terminal's, to the whole group): the second
+    aborts the round without waiting for it, and the message names it and the checkpoint."""
+    path, _, driver = held_in_round_2(tmp_path, "ppo")
+    driver.send(signal.SIGINT)
+    time.sleep(1.0)
+    driver.send(signal.SIGINT)
+    config = load_config(path)
+    line = (
+        f"aborted by a second SIGINT during round 2; checkpoint {config.checkpoint_path}, "
+        "of round 1"
+    )
+    assert_aborted_in_round_2(driver, path, 130, line)
+
+
+def test_a_round_that_hangs_after_sigterm_is_abandoned_after_stop_grace_s(tmp_path):
+    """One SIGTERM (all Slurm and Kubernetes send before SIGKILL) while a rollout actor's step
+    never returns: after stop_grace_s the round is abandoned and the run ends, 143."""
+    path, _, driver = held_in_round_2(tmp_path, "sac", extra="stop_grace_s: 2\n")
+    sent = time.monotonic()
+    driver.send(signal.SIGTERM)
+    config = load_config(path)
+    line = (
+        "aborted: round 2 did not finish within stop_grace_s 2 s of SIGTERM; checkpoint "
+        f"{config.checkpoint_path}, of round 1"
+    )
+    assert_aborted_in_round_2(driver, path, 143, line)
+    assert time.monotonic() - sent < 60  # not PauseAt's 120 s
+
+
+def test_a_driver_killed_outright_leaves_no_ray_process_and_no_replay_resumed_silently(tmp_path):
+    """``kill -9`` of the driver while it saves round 2's replay buffer (held after the data is
+    written, before it replaces round 1's): the local Ray head sees its pipe close and takes
+    every Ray process with it; the checkpoint is round 2's, the replay file round 1's, and
+    ``--resume-replay`` refuses the pair in one line, exit 2."""
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    path = write_config(
+        tmp_path, "sac", "id: InvertedPendulum-v5", rounds=6, params="save_replay_buffer: true"
+    )
+    config = load_config(path)
+    hook = str(Path(__file__).parent / "hold_checkpoint_write")
+    driver = Driver(
+        str(path),
+        env={
+            "PYTHONPATH": os.pathsep.join([hook, ENV["PYTHONPATH"]]),
+            "DRL_TEST_HOLD_WRITE": str(markers),
+            "DRL_TEST_HOLD_REPLAY": "1",
+        },
+    )
+    driver.wait_until((markers / "reached").exists, "held in round 2's replay write")
+    assert len(driver.started) > 3  # the head, Ray's own processes and the run's actors
+    driver.send(signal.SIGKILL, group=False)
+    driver.finish()
+    assert driver.leftovers() == set()
+    assert read_checkpoint(config.checkpoint_path).progress.round == 2
+
+    resumed = subprocess.run(
+        [sys.executable, "-m", "drlcli", "train", str(path), "--resume"]
+        + [str(config.checkpoint_path), "--resume-replay"],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=120,
+    )
+    assert resumed.returncode == 2, resumed.stderr
+    lines = resumed.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in resumed.stderr
+    assert lines[0].startswith(
+        f"error: {config.checkpoint_path.with_name('model_sac_replay.npz')}: this replay buffer "
+        "was saved with round 1 (40 env steps), the checkpoint "
+        f"{config.checkpoint_path} is of round 2 (80 env steps)"
+    ), lines[0]
 
 
 def assert_stopped_after_round(driver: Driver, path: Path, sent: signal.Signals, rounds: int):

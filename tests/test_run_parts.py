@@ -9,9 +9,10 @@ import pytest
 
 from drlcli.checkpoints.files import read_checkpoint
 from drlcli.checkpoints.record import BEST_BY_EVALUATION, BEST_BY_TRAINING_RETURN, RunProgress
+from drlcli.checkpoints.replay_file import ReplayStamp, replay_path
 from drlcli.errors import StorageError
 from drlcli.evaluation import EvaluationResult
-from drlcli.runtime.checkpointing import BestCheckpoint, Checkpointing, replay_path
+from drlcli.runtime.checkpointing import BestCheckpoint, Checkpointing
 from drlcli.sinks.dispatch import MetricsSinks
 from drlcli.topology import AvailableDevices
 
@@ -137,11 +138,18 @@ def test_each_round_writes_the_latest_recording_the_new_best_then_the_best_then_
     writes: list = []
     saved: list = []
     parts, progress, states = _checkpointing(
-        run_parts, BEST_BY_TRAINING_RETURN, saved.append, monkeypatch, writes
+        run_parts,
+        BEST_BY_TRAINING_RETURN,
+        lambda path, stamp: saved.append((path, stamp)),
+        monkeypatch,
+        writes,
     )
     config = run_parts[1]
     original_save = parts.save_replay
-    parts.save_replay = lambda path: (writes.append((path.name, None, None)), original_save(path))
+    parts.save_replay = lambda path, stamp: (
+        writes.append((path.name, None, None)),
+        original_save(path, stamp),
+    )
     for training_return in (5.0, 3.0, None, 7.0):
         _advance(progress)
         latest = parts.round_ended(None, states, training_return)
@@ -160,9 +168,70 @@ def test_each_round_writes_the_latest_recording_the_new_best_then_the_best_then_
         (best_name, 7.0, None),
         (replay_name, None, None),
     ]
-    assert saved == [replay_path(config.checkpoint_path)] * 4
+    # Each replay is stamped with the latest checkpoint written just before it.
+    assert [path for path, _ in saved] == [replay_path(config.checkpoint_path)] * 4
+    assert [(stamp.round, stamp.env_steps) for _, stamp in saved] == [
+        (1, 100),
+        (2, 200),
+        (3, 300),
+        (4, 400),
+    ]
+    assert saved[-1][1] == ReplayStamp.of(read_checkpoint(config.checkpoint_path))
     best = read_checkpoint(config.best_checkpoint_path)
     assert (best.progress.round, best.progress.best_return) == (4, 7.0)
+
+
+def test_a_replay_file_is_resumed_only_with_the_checkpoint_it_was_saved_with(run_parts):
+    """``check_replay_belongs``: the replay of the latest checkpoint passes, also after the
+    final evaluation rewrote that checkpoint; round 1's beside round 2's checkpoint, one of the
+    same round with other learner states, and one without a stamp are refused, exit 2."""
+    import numpy as np
+
+    from drlcli.checkpoints.replay_file import (
+        check_replay_belongs,
+        read_replay_buffers,
+        write_replay_file,
+    )
+    from drlcli.errors import UsageError
+
+    config = run_parts[1]
+    path = replay_path(config.checkpoint_path)
+    buffers = [{"obs": np.arange(6, dtype=np.float32).reshape(3, 2)}]
+    parts, progress, states = _checkpointing(
+        run_parts,
+        BEST_BY_TRAINING_RETURN,
+        lambda where, stamp: write_replay_file(where, buffers, stamp),
+    )
+    _advance(progress)
+    parts.round_ended(None, states, 1.0)
+    round_1 = path.read_bytes()
+    _advance(progress)
+    parts.round_ended(None, states, 2.0)
+    parts.run_ended(EvaluationResult(200, (3.0,), (10,)))
+    check_replay_belongs(path, read_checkpoint(config.checkpoint_path), config.checkpoint_path)
+    assert [b["obs"].tolist() for b in read_replay_buffers(path)] == [buffers[0]["obs"].tolist()]
+
+    def refused() -> str:
+        with pytest.raises(UsageError) as error:
+            check_replay_belongs(
+                path, read_checkpoint(config.checkpoint_path), config.checkpoint_path
+            )
+        assert error.value.exit_code == 2 and "\n" not in str(error.value)
+        return str(error.value)
+
+    path.write_bytes(round_1)  # the run ended between round 2's two writes
+    assert refused() == (
+        f"{path}: this replay buffer was saved with round 1 (100 env steps), the checkpoint "
+        f"{config.checkpoint_path} is of round 2 (200 env steps): the run ended between the two "
+        "writes; resume without --resume-replay (updates wait until the buffer refills), or from "
+        "the checkpoint the buffer was saved with"
+    )
+    other = [{**state, "actor": {k: v + 1 for k, v in state["actor"].items()}} for state in states]
+    another_run = dataclasses.replace(read_checkpoint(config.checkpoint_path), learner_states=other)
+    write_replay_file(path, buffers, ReplayStamp.of(another_run))
+    assert "was saved with another checkpoint of round 2 (200 env steps)" in refused()
+    np.savez(path, learner0_obs=buffers[0]["obs"])  # an older drl's file
+    assert "carries no stamp of the checkpoint it was saved with" in refused()
 
 
 def test_under_evaluation_only_evaluations_are_offers_and_the_final_one_is_recorded(
@@ -330,3 +399,38 @@ def test_a_stop_rule_ends_a_run_as_finished_and_resume_goes_on(tiny_config, ray_
     resumed = train(config, quiet=True, resume=config.checkpoint_path, devices=NO_GPU)
     assert resumed.rounds == 3 and resumed.stopped_early is None
     assert [row["round"] for row in read_metrics(config.metrics_path)] == ["1", "2", "3"]
+
+
+class SignalledAt(StopAt):
+    """``StopAt`` whose last round also received a SIGINT: the signal arrives while the
+    round's outputs are written, then the rule ends the run."""
+
+    def after_round(self, row):
+        import signal
+
+        if row["round"] >= self.rounds:
+            signal.raise_signal(signal.SIGINT)  # the run's handler records it, deferred
+        return super().after_round(row)
+
+
+def test_a_signal_in_the_round_a_stop_rule_ends_the_run_wins(tiny_config, ray_cluster):
+    """A stop rule and a signal in the same round: the run stops as signalled (exit 130, the
+    resume line), without the final evaluation the stop rule would have run."""
+    from rich.console import Console
+
+    from drlcli.config import load_config
+    from drlcli.errors import TrainingStopped
+    from drlcli.runtime.training import train
+
+    config = load_config(tiny_config("signal_and_rule", total=384))  # 3 rounds planned
+    console = Console(record=True, width=200)
+    with pytest.raises(TrainingStopped) as stopped:
+        train(config, quiet=True, console=console, stop_rules=[SignalledAt(1)], devices=NO_GPU)
+    assert stopped.value.exit_code == 130
+    assert str(stopped.value) == (
+        f"stopped by SIGINT after round 1; checkpoint {config.checkpoint_path}"
+    )
+    assert stopped.value.checkpoint == config.checkpoint_path
+    assert "stopping after round 1" not in console.export_text()
+    checkpoint = read_checkpoint(config.checkpoint_path)
+    assert checkpoint.progress.round == 1 and checkpoint.evaluation is None

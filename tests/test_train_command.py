@@ -17,7 +17,7 @@ import pytest
 from drlcli.checkpoints.files import read_checkpoint
 from drlcli.config import load_config
 from drlcli.metrics.csv_file import read_metrics
-from drlcli.runtime.stop import StopRequest
+from drlcli.runtime.stop import Phase, StopRequest
 
 pytestmark = pytest.mark.subprocess  # drl train as a user runs it: its own process (and Ray)
 
@@ -90,12 +90,15 @@ def test_a_signal_in_the_middle_of_an_import_still_gets_its_notice(tmp_path, mon
             printed.append((text, half_imported_by_drl_test.VALUE))
 
     try:
-        with StopRequest(ImportingConsole()) as stop, stop.deferred():  # type: ignore[arg-type]
+        with StopRequest(ImportingConsole(), grace_s=20.0) as stop:  # type: ignore[arg-type]
+            stop.enter(Phase.ROUND, 1)
             import half_imported_by_drl_test  # noqa: F401
     finally:
         sys.modules.pop("half_imported_by_drl_test", None)
     assert stop.requested
-    notice = "SIGTERM: stopping after this round (send it again to abort now)"
+    notice = (
+        "SIGTERM: stopping after this round, within stop_grace_s 20 s (send it again to abort now)"
+    )
     assert printed == [(notice, "imported")]
 
 

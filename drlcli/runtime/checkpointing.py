@@ -2,9 +2,10 @@
 replay buffer beside the latest when asked, and the final evaluation recorded at the end.
 
 Write order (Method.md, "Outputs"): each round decides its best offer first, then writes the
-latest checkpoint (which records the new best), then the best file, then the replay buffer. A
-run killed between two writes keeps a latest checkpoint that a resume continues from and a best
-file no newer than it.
+latest checkpoint (which records the new best), then the best file, then the replay buffer
+(stamped with the latest checkpoint: ``drlcli/checkpoints/replay_file.py``). A run killed
+between two writes keeps a latest checkpoint that a resume continues from, a best file no newer
+than it, and a replay file that ``--resume-replay`` refuses unless it is that checkpoint's.
 """
 
 from __future__ import annotations
@@ -25,16 +26,12 @@ from drlcli.checkpoints.record import (
     EnvRecord,
     RunProgress,
 )
+from drlcli.checkpoints.replay_file import ReplayStamp, replay_path
 from drlcli.config import Config
 from drlcli.env_facts import EnvFacts
 from drlcli.evaluation import EvaluationResult
 from drlcli.normalization import DEFAULT_OBSERVATION_CLIP, RmsState
 from drlcli.runtime.probe import ProbedActor
-
-
-def replay_path(checkpoint_path: Path) -> Path:
-    """Where a replay buffer is saved beside a checkpoint: ``<stem>_replay.npz``."""
-    return checkpoint_path.with_name(f"{checkpoint_path.stem}_replay.npz")
 
 
 def build_checkpoint(
@@ -155,10 +152,11 @@ class Checkpointing:
     Args:
         algorithm, config, actor, facts: what every checkpoint records of the run.
         progress: the run's counters, shared with the run loop (which advances them).
-        save_replay: writes the replay buffer to a path (``ReplaySaving.save_replay``), or None
-            when the run does not save it.
+        save_replay: writes the replay buffer to a path with the stamp of the checkpoint it
+            belongs to (``ReplaySaving.save_replay``), or None when the run does not save it.
         resumed: the checkpoint the run resumed from: the latest until a round ends (a run
             stopped during its final evaluation resumes to that evaluation alone).
+        resumed_path: where ``resumed`` was read from.
     """
 
     def __init__(
@@ -168,14 +166,16 @@ class Checkpointing:
         actor: ProbedActor,
         facts: EnvFacts,
         progress: RunProgress,
-        save_replay: Callable[[Path], None] | None = None,
+        save_replay: Callable[[Path, ReplayStamp], None] | None = None,
         resumed: Checkpoint | None = None,
+        resumed_path: Path | None = None,
     ) -> None:
         self.algorithm, self.config, self.actor, self.facts = algorithm, config, actor, facts
         self.progress = progress
         self.save_replay = save_replay
         self.best = BestCheckpoint(config.best_checkpoint_path, progress)
         self.latest: Checkpoint | None = resumed  # as last written
+        self.latest_path: Path | None = resumed_path if resumed is not None else None
 
     def round_ended(
         self,
@@ -203,7 +203,8 @@ class Checkpointing:
         self.best.offer_training_round(training_return, training_success, checkpoint)
         self._write(checkpoint)
         if self.save_replay is not None:
-            self.save_replay(replay_path(self.config.checkpoint_path))
+            assert self.latest is not None
+            self.save_replay(replay_path(self.config.checkpoint_path), ReplayStamp.of(self.latest))
         return self.latest
 
     def run_ended(self, final_evaluation: EvaluationResult) -> Checkpoint:
@@ -216,7 +217,10 @@ class Checkpointing:
         return self.latest
 
     def _write(self, checkpoint: Checkpoint) -> None:
-        """The latest checkpoint with the counters after this round's offers, then the best."""
-        self.latest = with_progress(checkpoint, self.progress)
-        write_checkpoint(self.config.checkpoint_path, self.latest)
+        """The latest checkpoint with the counters after this round's offers, then the best.
+        ``latest`` changes once the file is written: a write that fails or is interrupted
+        leaves the previous one the last good checkpoint."""
+        latest = with_progress(checkpoint, self.progress)
+        write_checkpoint(self.config.checkpoint_path, latest)
+        self.latest, self.latest_path = latest, self.config.checkpoint_path
         self.best.write_pending()

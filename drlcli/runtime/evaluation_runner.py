@@ -43,8 +43,9 @@ class EvaluationRunner:
     process of the round loop (``HasEvaluationHost``: PPO's rollout actor 0, an off-policy learner
     0) when the run has no periodic evaluation and only its final policy is evaluated. An
     evaluation carries no state: when its process dies and Ray restarts it (the evaluator and a
-    rollout actor, as often as a rollout actor), the evaluation is redone; a learner that dies
-    while it evaluates ends the run in one line, as it would in a round.
+    rollout actor, as often as a rollout actor), the evaluation is redone, and a process that
+    dies again while it redoes it is one restart more; a learner that dies while it evaluates
+    ends the run in one line, as it would in a round.
 
     Args:
         config: the run (its ``evaluation`` section and its environment).
@@ -64,13 +65,14 @@ class EvaluationRunner:
         self.worker: Any = None
         self.processes = ProcessOwner()  # the evaluator's own process; a host is not in it
         self.hosted = False  # the worker is the round loop's process, not the evaluator's own
+        self.restartable = True  # Ray restarts the worker's process when it dies
         self.roles: dict[str, str] = {}
         self.pending: tuple[Any, Checkpoint] | None = None
         self.next_due = self._after(env_steps)
         if self.periodic:  # evaluations come back while the first rounds train
             self.start()
 
-    def start(self, host: tuple[Any, str] | None = None) -> None:
+    def start(self, host: tuple[Any, str, bool] | None = None) -> None:
         """Choose where evaluations run (once; the first evaluation calls it otherwise): without
         periodic evaluation in ``host`` (``HasEvaluationHost.evaluation_host()``), if any, else
         in the evaluator's own process, started here.
@@ -86,7 +88,7 @@ class EvaluationRunner:
         if self.worker is not None:
             return
         if host is not None and not self.periodic:
-            self.worker, name = host
+            self.worker, name, self.restartable = host
             self.hosted = True
             self.restarts = RestartCounter(self.restarts.limit, names=[name])
         else:
@@ -152,13 +154,18 @@ class EvaluationRunner:
         return self._result(self._evaluate(checkpoint), checkpoint)
 
     def _result(self, ref: Any, checkpoint: Checkpoint) -> EvaluationResult:
-        try:
-            return _get(ref, self.roles)
-        except WorkerDied as death:
-            if death.init_failed:
-                raise
-            self.restarts.died(0, death.reason)
-            return get_when_restarted(partial(self._evaluate, checkpoint), self.roles)
+        """The result of evaluation ``ref`` of ``checkpoint``'s weights, redone on the
+        restarted process after each death (``max_rollout_actor_restarts`` decides)."""
+        redo = partial(get_when_restarted, partial(self._evaluate, checkpoint), self.roles)
+        answer = partial(_get, ref, self.roles)
+        while True:
+            try:
+                return answer()
+            except WorkerDied as death:
+                if death.init_failed or not self.restartable:
+                    raise
+                self.restarts.died(0, death.reason)
+            answer = redo
 
     def _evaluate(self, checkpoint: Checkpoint) -> Any:
         self.start()

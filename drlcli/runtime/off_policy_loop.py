@@ -7,11 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from drlcli.algos.registry import get_algorithm
-from drlcli.atomic import atomic_output
-from drlcli.errors import CheckpointError
+from drlcli.checkpoints.replay_file import ReplayStamp, read_replay_buffers, write_replay_file
 from drlcli.metrics.schema import average_metrics
 from drlcli.off_policy.resume import learner_states_for, replays_for
 from drlcli.runtime.evaluation_runner import evaluator_has_own_process
@@ -112,44 +109,23 @@ class OffPolicyRoundLoop:
         all: FlashSAC's input BatchNorm); every learner's state."""
         return None, _get([worker.state_dict.remote() for worker in self.workers], self.roles)
 
-    def save_replay(self, path: Path) -> None:
-        """Every learner's replay buffer as one ``.npz`` of plain arrays, written atomically."""
+    def save_replay(self, path: Path, stamp: ReplayStamp) -> None:
+        """Every learner's replay buffer as one ``.npz`` of plain arrays with the stamp of the
+        checkpoint it belongs to (``write_replay_file``), written atomically."""
         buffers = _get([worker.replay_arrays.remote() for worker in self.workers], self.roles)
-        arrays = {
-            f"learner{index}_{name}": array
-            for index, buffer in enumerate(buffers)
-            for name, array in buffer.items()
-        }
-        with atomic_output(path) as temp:
-            np.savez(temp, **arrays)
+        write_replay_file(path, buffers, stamp)
 
     def load_replay(self, path: Path) -> None:
-        """Refill the replay buffers from ``save_replay``'s file (no pickles are read)."""
-        try:
-            with np.load(path, allow_pickle=False) as data:
-                learners = {key.split("_", 1)[0] for key in data.files}
-                # learner10 after learner2: by number, not as text
-                stored = sorted(learners, key=lambda name: int(name.removeprefix("learner")))
-                buffers = [
-                    {
-                        key.split("_", 1)[1]: data[key]
-                        for key in data.files
-                        if key.startswith(f"{p}_")
-                    }
-                    for p in stored
-                ]
-        except (OSError, ValueError) as error:  # int(): a key drl did not write
-            raise CheckpointError(f"{path}: not a readable replay buffer file ({error})") from error
-        if not buffers:
-            raise CheckpointError(f"{path}: the replay buffer file holds no learner")
-        shares = replays_for(buffers, len(self.workers))
+        """Refill the replay buffers from ``save_replay``'s file (no pickles are read; the
+        preflight checked that it is the resumed checkpoint's)."""
+        shares = replays_for(read_replay_buffers(path), len(self.workers))
         loads = [w.load_replay_arrays.remote(b) for w, b in zip(self.workers, shares, strict=True)]
         _get(loads, self.roles)
 
-    def evaluation_host(self) -> tuple[Any, str]:
-        """Learner 0 (``EvaluationHost.evaluate_policy``): a run without periodic evaluation
-        evaluates its final policy there (``HasEvaluationHost``)."""
-        return self.workers[0], "learner 0"
+    def evaluation_host(self) -> tuple[Any, str, bool]:
+        """Learner 0 (``EvaluationHost.evaluate_policy``; never restarted): a run without
+        periodic evaluation evaluates its final policy there (``HasEvaluationHost``)."""
+        return self.workers[0], "learner 0", False
 
     def close(self) -> None:
         self.processes.close()

@@ -99,10 +99,15 @@ class PPORoundLoop:
             _get([w.load_network_state.remote(initial) for w in self.learners[1:]], self.roles)
         self.parameter_refs = [learner.network_state.remote() for learner in self.learners]
         self.obs_rms_ref = self.parameter_server.get_obs_rms.remote()
+        self.warm_up_steps = 0  # of a fresh run that standardises observations (``warm_up``)
         if stored is None and params.normalize_observations:
-            steps = params.observation_warmup_steps or config.rollout_length
-            self.obs_rms_ref = self._warm_up_observations(steps)
+            self.warm_up_steps = params.observation_warmup_steps or config.rollout_length
         self.last_trained_refs: list[Any] = []
+
+    def warm_up(self) -> None:
+        """A fresh run's observation warm-up (``WarmsUp``), before its first round."""
+        if self.warm_up_steps:
+            self.obs_rms_ref = self._warm_up_observations(self.warm_up_steps)
 
     def run_round(self, round_index: int) -> tuple[list[dict], dict]:
         """Sample, merge statistics, train, sync. Returns (rollout stats, learner metrics)."""
@@ -288,10 +293,10 @@ class PPORoundLoop:
         for index in range(len(self.rollout_actors)):
             self._restore(index)
 
-    def evaluation_host(self) -> tuple[Any, str]:
-        """Rollout actor 0 (``EvaluationHost.evaluate_policy``): a run without periodic evaluation
-        evaluates its final policy there (``HasEvaluationHost``)."""
-        return self.rollout_actors[0], "rollout actor 0"
+    def evaluation_host(self) -> tuple[Any, str, bool]:
+        """Rollout actor 0 (``EvaluationHost.evaluate_policy``; Ray restarts it): a run without
+        periodic evaluation evaluates its final policy there (``HasEvaluationHost``)."""
+        return self.rollout_actors[0], "rollout actor 0", True
 
     def close(self) -> None:
         self.processes.close()

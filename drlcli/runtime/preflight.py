@@ -19,12 +19,12 @@ from drlcli.checkpoints.checks import (
     validate_learner_states,
 )
 from drlcli.checkpoints.record import Checkpoint
+from drlcli.checkpoints.replay_file import check_replay_belongs, replay_path
 from drlcli.checkpoints.verified import read_verified_checkpoint
 from drlcli.config import Config
 from drlcli.env_facts import EnvFacts
 from drlcli.envs import env_facts, make_task_env
 from drlcli.errors import CheckpointError, ConfigError, UsageError
-from drlcli.runtime.checkpointing import replay_path
 from drlcli.runtime.memory_budget import available_memory_bytes, check_memory, run_memory_needs
 from drlcli.runtime.nodes import check_runtime_env, import_py_modules_here
 from drlcli.runtime.probe import ProbedActor, probe_actor
@@ -98,7 +98,7 @@ def preflight(
         if resume is None
         else load_for_resume(Path(resume), config, actor.semantics, facts, actor.tensor_shapes)
     )
-    replay_file = _replay_file(algorithm, config, resume, resume_replay)
+    replay_file = _replay_file(algorithm, config, resume, resume_replay, stored)
     if not on_cluster:  # a cluster's learners and rollout actors may run on other machines
         shape = RunShape(
             facts.obs_dim,
@@ -127,11 +127,17 @@ def check_learner_device(
 
 
 def _replay_file(
-    algorithm: Algorithm, config: Config, resume: str | Path | None, resume_replay: bool
+    algorithm: Algorithm,
+    config: Config,
+    resume: str | Path | None,
+    resume_replay: bool,
+    stored: Checkpoint | None,
 ) -> Path | None:
+    """The replay file ``--resume-replay`` refills from: beside the resumed checkpoint, and
+    stamped with it (``check_replay_belongs``)."""
     if not resume_replay:
         return None
-    if resume is None:
+    if resume is None or stored is None:
         raise UsageError("--resume-replay needs --resume CKPT")
     if algorithm.replay_saving is None:
         able = ", ".join(a.name for a in ALGORITHMS.values() if a.replay_saving is not None)
@@ -142,6 +148,7 @@ def _replay_file(
             f"{path}: no replay buffer beside the checkpoint; it is written only when the run "
             "had algo_params.save_replay_buffer: true"
         )
+    check_replay_belongs(path, stored, Path(resume))
     return path
 
 

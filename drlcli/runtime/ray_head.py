@@ -21,9 +21,11 @@ import contextlib
 import json
 import logging
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 from typing import Any
 
 from drlcli.errors import TrainingError, error_line
@@ -48,21 +50,35 @@ class LocalRayHead:
             start_new_session=True,
         )
 
-    def address(self) -> str:
-        """The GCS address of the Ray the head started (waits for it).
+    def address(self, timeout_s: float) -> str:
+        """The GCS address of the Ray the head started (waits for it, ``timeout_s`` at most).
 
         Raises:
-            TrainingError: the head could not start Ray (its one-line reason).
+            TrainingError: the head could not start Ray (its one-line reason), or did not say
+                where within ``timeout_s`` (it is then stopped).
         """
-        assert self.process.stdout is not None
+        lines: queue.Queue[str | None] = queue.Queue()
+        # A thread reads the pipe: a blocking read of it has no timeout of its own.
+        threading.Thread(
+            target=_read_lines, args=(self.process.stdout, lines), name="drl-ray-head", daemon=True
+        ).start()
         answer = None
-        for line in self.process.stdout:  # Ray may print before the head's answer
-            if line.startswith("{"):
-                answer = json.loads(line)
-                break
-        if answer is None:
-            code = self.process.wait()
-            raise TrainingError(f"the local Ray did not start (its process exited with {code})")
+        try:
+            while answer is None:
+                line = lines.get(timeout=timeout_s)
+                if line is None:  # the head exited
+                    code = self.process.wait()
+                    raise TrainingError(
+                        f"the local Ray did not start (its process exited with {code})"
+                    )
+                if line.startswith("{"):  # Ray may print before the head's answer
+                    answer = json.loads(line)
+        except queue.Empty:
+            self.process.kill()
+            raise TrainingError(
+                f"the local Ray did not start within {timeout_s:g} s (hang_timeout_s); "
+                "`drl doctor` checks this machine"
+            ) from None
         if "error" in answer:
             raise TrainingError(f"the local Ray did not start: {answer['error']}")
         return str(answer["address"])
@@ -79,6 +95,14 @@ class LocalRayHead:
             self.process.wait()
         if self.process.stdout is not None:
             self.process.stdout.close()
+
+
+def _read_lines(stream: Any, lines: queue.Queue[str | None]) -> None:
+    """Every line of ``stream``, then None at its end (the head's output, for ``address``)."""
+    with contextlib.suppress(ValueError, OSError):  # closed by ``close`` meanwhile
+        for line in stream:
+            lines.put(line)
+    lines.put(None)
 
 
 def _serve(num_cpus: int) -> int:

@@ -24,12 +24,16 @@ from drlcli.errors import (
 )
 from drlcli.runtime.ray_head import LocalRayHead
 from drlcli.runtime.restarts import death_reason
+from drlcli.runtime.stop import HANG_TIMEOUT_FLOOR_S
 from drlcli.topology import TrainingTopology
 
 
 @contextlib.contextmanager
 def ray_session(
-    address: str | None, num_cpus: int, runtime_env: dict[str, Any] | None = None
+    address: str | None,
+    num_cpus: int,
+    runtime_env: dict[str, Any] | None = None,
+    start_timeout_s: float = HANG_TIMEOUT_FLOOR_S,
 ) -> Iterator[None]:
     """Start a quiet local Ray (no dashboard, no usage stats) or join ``address``.
 
@@ -42,6 +46,7 @@ def ray_session(
         address: ``host:port`` or ``auto`` of a running cluster; None starts a local one.
         num_cpus: logical CPUs of a local Ray: enough for every rollout actor and learner.
         runtime_env: Ray's runtime environment of the job (code and files for every node).
+        start_timeout_s: how long a local Ray may take to start.
 
     Raises:
         ConfigError: a runtime environment, with a Ray that the caller started.
@@ -73,7 +78,7 @@ def ray_session(
         else:
             head = LocalRayHead(num_cpus)
             stack.callback(head.close)
-            target = head.address()
+            target = head.address(start_timeout_s)
         with _own_sigterm_handler():
             _init(target, options, joining=bool(address))
         stack.callback(ray.shutdown)
@@ -242,13 +247,24 @@ class ProcessOwner:
             raise
 
     def close(self) -> None:
-        """Kill every owned actor, the last started first (one already gone is skipped)."""
+        """Kill every owned actor, the last started first (one already gone is skipped). A
+        Ctrl-C meanwhile (``KeyboardInterrupt``) is raised once every handle is killed: on a
+        cluster, an actor left alive would hold its CPUs until the driver's session ends."""
         import ray
 
+        interrupted: BaseException | None = None
         while self.handles:
             handle = self.handles.pop()
-            with contextlib.suppress(Exception):  # its process or the session is gone already
+            try:
                 ray.kill(handle)
+            except KeyboardInterrupt as interrupt:
+                interrupted = interrupted or interrupt
+                with contextlib.suppress(Exception):
+                    ray.kill(handle)
+            except Exception:  # its process or the session is gone already
+                pass
+        if interrupted is not None:
+            raise interrupted
 
 
 class WorkerDied(TrainingError):

@@ -2,7 +2,8 @@
 ``RunContext`` (decided by the driver before any process starts) and the one record each process
 class is constructed from (``LearnerContext``, ``RolloutActorContext``,
 ``OffPolicyWorkerContext``, ``EvaluatorContext``); the ``RoundLoop`` protocol each algorithm's
-runtime implements, and its optional capabilities (``HasEvaluationHost``, ``ReplaySaving``)."""
+runtime implements, and its optional capabilities (``WarmsUp``, ``HasEvaluationHost``,
+``ReplaySaving``)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from drlcli.runtime.restarts import RestartCounter
 if TYPE_CHECKING:
     from drlcli.actors.spec import ActorSpec
     from drlcli.checkpoints.record import Checkpoint
+    from drlcli.checkpoints.replay_file import ReplayStamp
     from drlcli.config import Config, EnvConfig
     from drlcli.env_facts import EnvFacts
     from drlcli.topology import TrainingTopology
@@ -141,14 +143,24 @@ class RoundLoop(Protocol):
 
 
 @runtime_checkable
+class WarmsUp(Protocol):
+    """An optional capability of a round loop: work before the first round that the run names
+    as a phase of its own (PPO's observation warm-up)."""
+
+    def warm_up(self) -> None:
+        """Run it (nothing where there is none: a resumed run, statistics off)."""
+        ...
+
+
+@runtime_checkable
 class HasEvaluationHost(Protocol):
     """An optional capability of a round loop: one of its processes is an ``EvaluationHost``
     (``drlcli/evaluation.py``: ``PolicyEvaluator``'s evaluation in that process). A run without
     periodic evaluation then evaluates its final policy there and starts no evaluator process."""
 
-    def evaluation_host(self) -> tuple[Any, str]:
-        """``(Ray actor handle, what the process is)``, e.g. ``(rollout actor 0, "rollout
-        actor 0")``; called before ``close``."""
+    def evaluation_host(self) -> tuple[Any, str, bool]:
+        """``(Ray actor handle, what the process is, whether Ray restarts it)``, e.g.
+        ``(rollout actor 0, "rollout actor 0", True)``; called before ``close``."""
         ...
 
 
@@ -156,6 +168,6 @@ class HasEvaluationHost(Protocol):
 class ReplaySaving(Protocol):
     """An optional capability of a round loop: saving and refilling its replay buffers."""
 
-    def save_replay(self, path: Path) -> None: ...
+    def save_replay(self, path: Path, stamp: ReplayStamp) -> None: ...
 
     def load_replay(self, path: Path) -> None: ...

@@ -30,20 +30,27 @@ from drlcli.algos.entry_types import Algorithm, OffPolicy, PPORounds, RoundPlan
 from drlcli.atomic import remove_leftovers
 from drlcli.checkpoints.checks import non_finite_tensors
 from drlcli.checkpoints.record import BEST_BY_TRAINING_RETURN, Checkpoint, RunProgress
+from drlcli.checkpoints.replay_file import replay_path
 from drlcli.config import Config
 from drlcli.errors import DrlError, StorageError, TrainingError, TrainingStopped
 from drlcli.evaluation import EvaluationResult
 from drlcli.metrics.csv_file import MetricsWriter
 from drlcli.metrics.schema import metric_columns
-from drlcli.runtime.checkpointing import Checkpointing, best_criterion, replay_path
+from drlcli.runtime.checkpointing import Checkpointing, best_criterion
 from drlcli.runtime.evaluation_runner import EvaluationRunner, evaluator_has_own_process
 from drlcli.runtime.nodes import check_every_node
 from drlcli.runtime.preflight import check_learner_device, preflight
 from drlcli.runtime.probe import ProbedActor
 from drlcli.runtime.progress import TrainingProgress
 from drlcli.runtime.ray_session import process_resources, ray_session
-from drlcli.runtime.run_context import HasEvaluationHost, ReplaySaving, RunContext
-from drlcli.runtime.stop import StopRequest, StopRule, first_stop_reason
+from drlcli.runtime.run_context import HasEvaluationHost, ReplaySaving, RunContext, WarmsUp
+from drlcli.runtime.stop import (
+    HANG_TIMEOUT_FLOOR_S,
+    Phase,
+    StopRequest,
+    StopRule,
+    first_stop_reason,
+)
 from drlcli.sinks import open_sinks
 from drlcli.sinks.dispatch import MetricsSink, MetricsSinks
 from drlcli.success import success_rate
@@ -115,25 +122,65 @@ class TrainingRun:
         self.config, self.options = config, options
         self.console = options.console or Console()
         self.progress = RunProgress()
-        # The checkpoint a stopped or failed run continues from: the resumed one until this run
-        # writes its own (a file at config.checkpoint_path may be an older run's).
-        self.resumable: Path | None = None
-        self.during = "while starting"  # what a signal interrupts, outside the rounds
+        self.stored: Checkpoint | None = None  # the checkpoint resumed from
+        self.checkpointing: Checkpointing | None = None  # once the rounds can start
         self.reports_success = False  # the run has success columns (Preflight.reports_success)
+        self.slowest_round_s = 0.0  # of this process's rounds, for the derived hang bound
 
     def run(self) -> TrainingSummary:
-        with contextlib.ExitStack() as stack:
-            stop = stack.enter_context(StopRequest(self.console))
-            try:
-                return self._train(stack, stop)
-            except KeyboardInterrupt:
-                if stop.signal is None:
+        """Train, from the first check to the final evaluation; every process it started is
+        stopped however it ends.
+
+        Raises:
+            TrainingStopped: a signal stopped it (``StopRequest.error`` words how).
+            TrainingError: a round failed, or a phase outlived ``hang_timeout_s``.
+        """
+        stop = StopRequest(self.console, self.config.stop_grace_s)
+        ended_by: BaseException | None = None
+        try:
+            with stop, contextlib.ExitStack() as stack:
+                stop.enter(Phase.STARTING, bound_s=self.hang_bound_s())
+                try:
+                    return self._train(stack, stop)
+                except BaseException as error:
+                    ended_by = error
+                    stop.disarm()
                     raise
-                during = "" if stop.rounds_training else self.during
-                raise stop.stopped(self.resumable, self.progress.round, during) from None
+        except KeyboardInterrupt:
+            if ended_by is not None and not isinstance(ended_by, KeyboardInterrupt):
+                raise ended_by from None  # a Ctrl-C while closing: the error stays the one said
+            checkpoint, checkpoint_round = self.last_good()
+            latest = self.checkpointing.latest if self.checkpointing is not None else None
+            complete = stop.phase is Phase.ENDING and latest is not None and bool(latest.evaluation)
+            error = stop.error(checkpoint, checkpoint_round, complete)
+            if error is None:
+                raise
+            if isinstance(error, TrainingStopped):
+                raise error from None
+            raise self.failed(error, None) from None
+
+    def last_good(self) -> tuple[Path | None, int]:
+        """The checkpoint a stopped or failed run continues from, and its round: this run's
+        latest once written, else the one it resumed from (a file at config.checkpoint_path
+        may be an older run's)."""
+        if self.checkpointing is not None and self.checkpointing.latest_path is not None:
+            latest = self.checkpointing.latest
+            assert latest is not None
+            return self.checkpointing.latest_path, latest.progress.round
+        if self.stored is not None:
+            return Path(str(self.options.resume)), self.stored.progress.round
+        return None, 0
+
+    def hang_bound_s(self) -> float:
+        """How long one phase may last (config ``hang_timeout_s``; null: 10 times the slowest
+        round so far, at least ``HANG_TIMEOUT_FLOOR_S``)."""
+        if self.config.hang_timeout_s is not None:
+            return self.config.hang_timeout_s
+        return max(HANG_TIMEOUT_FLOOR_S, 10 * self.slowest_round_s)
 
     def _train(self, stack: contextlib.ExitStack, stop: StopRequest) -> TrainingSummary:
         config, options = self.config, self.options
+        stop_bound = self.hang_bound_s()
         checked = preflight(
             config, options.resume, options.resume_replay, options.devices, bool(options.address)
         )
@@ -146,11 +193,13 @@ class TrainingRun:
         self.reports_success = checked.reports_success
         if stored is not None:
             self.progress = dataclasses.replace(stored.progress)
-            self.resumable = Path(str(options.resume))
+            self.stored = stored
         # Enough logical CPUs for every rollout actor, learner and the evaluator.
         num_cpus = max(os.cpu_count() or 1, topology.num_actors + topology.num_learners + 1)
         runtime_env = config.runtime_env.to_ray()
-        stack.enter_context(ray_session(options.address, num_cpus, runtime_env))
+        stack.enter_context(
+            ray_session(options.address, num_cpus, runtime_env, start_timeout_s=stop_bound)
+        )
         if options.address or runtime_env:  # this process's checks cover a local Ray
             check_every_node(config, actor.spec.builder)
         if options.address and options.devices is None:  # the cluster's GPUs, not the driver's
@@ -179,6 +228,10 @@ class TrainingRun:
             )
         )
         stack.callback(loop.close)  # closed before the evaluator: it may host the evaluations
+        if isinstance(loop, WarmsUp):
+            stop.enter(Phase.WARM_UP, bound_s=stop_bound)
+            loop.warm_up()
+            stop.enter(Phase.STARTING, bound_s=stop_bound)
         # After the round loop's processes: a process of its own starts while the rounds train.
         evaluator.start(loop.evaluation_host() if isinstance(loop, HasEvaluationHost) else None)
         saves_replay = algorithm.replay_saving is not None and algorithm.replay_saving(
@@ -197,7 +250,9 @@ class TrainingRun:
             self.progress,
             loop.save_replay if saves_replay else None,  # type: ignore[attr-defined]
             stored,
+            None if stored is None else Path(str(options.resume)),
         )
+        self.checkpointing = checkpointing
         if (
             stored is not None
             and stored.evaluation is None
@@ -205,12 +260,13 @@ class TrainingRun:
         ):  # in flight when the run stopped: the next round's row shows it, as if never stopped
             evaluator.submit(stored)
         rounds = RoundsRun(self, loop, sinks, evaluator, checkpointing)
-        with stop.deferred():
-            stopped_early = rounds.train(plan, stop)
-        self.during = "during the final evaluation"
+        stopped_early = rounds.train(plan, stop)
+        stop.enter(Phase.FINAL_EVALUATION, self.progress.round, self.hang_bound_s())
         final_evaluation = None
         if checkpointing.latest is not None:
             final_evaluation = evaluator.final_evaluation(checkpointing.latest)
+        stop.enter(Phase.ENDING, self.progress.round, self.hang_bound_s())
+        if final_evaluation is not None:
             checkpointing.run_ended(final_evaluation)
             sinks.final_evaluation(final_evaluation, self.progress.env_steps)
         summary = self._summary(rounds.last_return, final_evaluation, stopped_early)
@@ -304,10 +360,13 @@ class TrainingRun:
     def warn(self, line: str) -> None:
         self.console.print(line, style="yellow", highlight=False, soft_wrap=True)
 
-    def failed(self, error: DrlError, round_number: int) -> TrainingError:
-        """The error of a round, with its number and the checkpoint left to resume from."""
-        where = f"; the last good checkpoint is {self.resumable}" if self.resumable else ""
-        return TrainingError(f"round {round_number}: {error}{where}")
+    def failed(self, error: DrlError, round_number: int | None) -> TrainingError:
+        """The error of a round (None: of no round), with its number and the checkpoint left to
+        resume from."""
+        checkpoint, _ = self.last_good()
+        where = f"; the last good checkpoint is {checkpoint}" if checkpoint else ""
+        what = f"round {round_number}: " if round_number is not None else ""
+        return TrainingError(f"{what}{error}{where}")
 
 
 class RoundsRun:
@@ -332,8 +391,10 @@ class RoundsRun:
         )
 
     def train(self, plan: RoundPlan, stop: StopRequest) -> str | None:
-        """Train the plan's remaining rounds; returns the reason a stop rule gave, where one
-        ended the run early. Raises ``TrainingStopped`` after the round a signal came in."""
+        """Train the plan's remaining rounds, each in ``Phase.ROUND`` then ``Phase.CHECKPOINT``
+        (a first signal lets both finish); returns the reason a stop rule gave, where one ended
+        the run early. Raises ``TrainingStopped`` after the round a signal came in (a signal
+        wins over a stop rule: the run stops without its final evaluation)."""
         owner, progress, evaluator = self.owner, self.owner.progress, self.evaluator
         self.display = TrainingProgress(
             total_env_steps=plan.planned_env_steps,
@@ -344,8 +405,7 @@ class RoundsRun:
         started = time.perf_counter() - progress.wall_time_s
         with self.display:
             for round_index in range(progress.round, plan.total_rounds):
-                if stop.requested:
-                    raise stop.stopped(owner.resumable, progress.round)
+                stop.enter(Phase.ROUND, round_index + 1, owner.hang_bound_s())
                 round_started = time.perf_counter()
                 last = round_index + 1 == plan.total_rounds
                 try:
@@ -358,6 +418,7 @@ class RoundsRun:
                 except TrainingError as error:
                     raise owner.failed(error, round_index + 1) from None
                 _check_finite(learner_states, round_index + 1, owner)
+                stop.enter(Phase.CHECKPOINT, round_index + 1, owner.hang_bound_s())
                 progress.round = round_index + 1
                 progress.env_steps += plan.steps_per_round
                 now = time.perf_counter()
@@ -383,16 +444,16 @@ class RoundsRun:
                         evaluated,
                         row.get("success_rate"),
                     )
-                    owner.resumable = owner.config.checkpoint_path
                     if evaluator.due(progress.env_steps):
                         evaluator.submit(checkpoint)
                 except (StorageError, TrainingError) as error:
-                    latest = self.checkpointing.latest
-                    if latest is not None and latest.progress.round == progress.round:
-                        owner.resumable = owner.config.checkpoint_path  # the replay failed
                     raise owner.failed(error, progress.round) from None
+                owner.slowest_round_s = max(
+                    owner.slowest_round_s, time.perf_counter() - round_started
+                )
                 self.display.update(row, plan.total_rounds)
                 reason = first_stop_reason(owner.options.stop_rules, row)
+                self._stop_if_requested(stop)
                 if reason is not None:
                     owner.console.print(
                         f"stopping after round {progress.round}: {reason}",
@@ -400,9 +461,14 @@ class RoundsRun:
                         highlight=False,
                     )
                     return reason
-            if stop.requested:  # the last round finished; skip the final evaluation
-                raise stop.stopped(owner.resumable, progress.round)
         return None
+
+    def _stop_if_requested(self, stop: StopRequest) -> None:
+        """Raise ``TrainingStopped`` where a signal came in during the round just written."""
+        if stop.requested:
+            error = stop.error(*self.owner.last_good())
+            assert error is not None
+            raise error
 
     def _warn_if_no_success_reported(self, row: dict[str, Any], round_index: int) -> None:
         """Once, after the first round with finished episodes: a configured ``env.success_key``
