@@ -159,9 +159,9 @@ def test_a_learner_killed_while_it_saves_its_replay_buffer_names_the_checkpoint(
     assert str(refused.value) == (
         f"{config.checkpoint_path.with_name('model_flash_sac_replay.npz')}: this replay buffer "
         f"was saved with round 1 (160 env steps), the checkpoint {config.checkpoint_path} is "
-        "of round 2 (320 env steps): the run ended between the two writes; resume without "
-        "--resume-replay (updates wait until the buffer refills), or from the checkpoint the "
-        "buffer was saved with"
+        "of round 2 (320 env steps): they were not saved together (a run ended between its two "
+        "writes, or a file was copied over); resume without --resume-replay (updates wait until "
+        "the buffer refills), or from the checkpoint the buffer was saved with"
     )
     assert config.checkpoint_path.read_bytes() == before
 

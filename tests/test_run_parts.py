@@ -222,9 +222,10 @@ def test_a_replay_file_is_resumed_only_with_the_checkpoint_it_was_saved_with(run
     path.write_bytes(round_1)  # the run ended between round 2's two writes
     assert refused() == (
         f"{path}: this replay buffer was saved with round 1 (100 env steps), the checkpoint "
-        f"{config.checkpoint_path} is of round 2 (200 env steps): the run ended between the two "
-        "writes; resume without --resume-replay (updates wait until the buffer refills), or from "
-        "the checkpoint the buffer was saved with"
+        f"{config.checkpoint_path} is of round 2 (200 env steps): they were not saved together (a "
+        "run ended between its two writes, or a file was copied over); resume without "
+        "--resume-replay (updates wait until the buffer refills), or from the checkpoint the "
+        "buffer was saved with"
     )
     other = [{**state, "actor": {k: v + 1 for k, v in state["actor"].items()}} for state in states]
     another_run = dataclasses.replace(read_checkpoint(config.checkpoint_path), learner_states=other)

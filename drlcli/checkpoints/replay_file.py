@@ -143,8 +143,8 @@ def check_replay_belongs(path: Path, checkpoint: Checkpoint, checkpoint_path: Pa
     if (stamp.round, stamp.env_steps) != (own.round, own.env_steps):
         raise UsageError(
             f"{path}: this replay buffer was saved with {stamp.describe()}, the checkpoint "
-            f"{checkpoint_path} is of {own.describe()}: the run ended between the two writes; "
-            f"{choice}"
+            f"{checkpoint_path} is of {own.describe()}: they were not saved together (a run "
+            f"ended between its two writes, or a file was copied over); {choice}"
         )
     raise UsageError(
         f"{path}: this replay buffer was saved with another checkpoint of {own.describe()} "
