@@ -222,6 +222,20 @@ def test_a_signal_mid_round_finishes_the_round_then_stops(tmp_path, algo, held_r
     assert_stopped_after_round(driver, path, sent, held_round)
 
 
+def held_in_a_write(path: Path, markers: Path, **hold: str) -> Driver:
+    """``drl train path`` whose round-2 checkpoint write (``hold``: or replay write) is held
+    by tests/hold_checkpoint_write/sitecustomize.py until ``markers/release`` exists."""
+    hook = str(Path(__file__).parent / "hold_checkpoint_write")
+    return Driver(
+        str(path),
+        env={
+            "PYTHONPATH": os.pathsep.join([hook, ENV["PYTHONPATH"]]),
+            "DRL_TEST_HOLD_WRITE": str(markers),
+            **hold,
+        },
+    )
+
+
 @pytest.mark.parametrize(
     ("algo", "sent", "group"),
     [
@@ -236,14 +250,7 @@ def test_a_signal_while_a_checkpoint_is_written_finishes_the_round(tmp_path, alg
     markers = tmp_path / "markers"
     markers.mkdir()
     path = write_config(tmp_path, algo, "id: InvertedPendulum-v5", rounds=6)
-    hook = str(Path(__file__).parent / "hold_checkpoint_write")
-    driver = Driver(
-        str(path),
-        env={
-            "PYTHONPATH": os.pathsep.join([hook, ENV["PYTHONPATH"]]),
-            "DRL_TEST_HOLD_WRITE": str(markers),
-        },
-    )
+    driver = held_in_a_write(path, markers)
     driver.wait_until((markers / "reached").exists, "held in round 2's checkpoint write")
     driver.send(sent, group)
     time.sleep(1.0)
@@ -318,15 +325,7 @@ def test_a_driver_killed_outright_leaves_no_ray_process_and_no_replay_resumed_si
         tmp_path, "sac", "id: InvertedPendulum-v5", rounds=6, params="save_replay_buffer: true"
     )
     config = load_config(path)
-    hook = str(Path(__file__).parent / "hold_checkpoint_write")
-    driver = Driver(
-        str(path),
-        env={
-            "PYTHONPATH": os.pathsep.join([hook, ENV["PYTHONPATH"]]),
-            "DRL_TEST_HOLD_WRITE": str(markers),
-            "DRL_TEST_HOLD_REPLAY": "1",
-        },
-    )
+    driver = held_in_a_write(path, markers, DRL_TEST_HOLD_REPLAY="1")
     driver.wait_until((markers / "reached").exists, "held in round 2's replay write")
     assert len(driver.started) > 3  # the head, Ray's own processes and the run's actors
     driver.send(signal.SIGKILL, group=False)

@@ -98,11 +98,15 @@ class GaussianPolicyActor(nn.Module):
     def _entropy(self, batch: int) -> torch.Tensor:
         return (0.5 + _HALF_LOG_2PI + self.log_std).sum().expand(batch)
 
+    def _mean(self, obs: torch.Tensor) -> torch.Tensor:
+        """``mu(obs)`` ``[B, A]`` (a recurrent actor's: of an episode's first step)."""
+        return self.mean_network(obs)
+
     def forward(
         self, obs: torch.Tensor, training: bool = False
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         """Sample raw actions ``[B, A]``; info holds ``log_prob`` and ``entropy``, both ``[B]``."""
-        mean = self.mean_network(obs)
+        mean = self._mean(obs)
         actions = mean + torch.exp(self.log_std) * torch.randn_like(mean)  # reparameterised
         info = {
             "log_prob": self._log_prob(actions, mean),
@@ -114,10 +118,10 @@ class GaussianPolicyActor(nn.Module):
         self, obs: torch.Tensor, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-prob ``[B]`` of stored raw actions and the entropy ``[B]``, for the PPO ratio."""
-        return self._log_prob(actions, self.mean_network(obs)), self._entropy(len(obs))
+        return self._log_prob(actions, self._mean(obs)), self._entropy(len(obs))
 
     def get_mean_and_std(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        mean = self.mean_network(obs)
+        mean = self._mean(obs)
         return mean, self.log_std.exp().expand_as(mean)
 
     def transform(self, actions: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,6 @@
-"""Recurrent PPO's sequences (issue "Robots that remember"): a recurrent core that carries a
-hidden state from step to step, and a round's rollout cut into chunks that the core reads in one
-fused call. Pure torch and numpy: no Ray, no I/O.
+"""Recurrent PPO's sequences (ADR 0018): a round's rollout cut into chunks that a recurrent core
+(``drlcli/actors/recurrent.py``) reads in one fused call, and the statistics of their real
+steps. Pure torch and numpy: no Ray, no I/O.
 
 A rollout of ``T`` steps of ``N`` environments is stored time-major (flat index ``t * N + n``,
 as ``MuJoCoActor.sample`` writes it). Training re-reads it as whole sequences: each
@@ -19,68 +19,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch import nn
-
-CELLS = ("lstm", "gru")
-
-
-class RecurrentCore(nn.Module):
-    """An LSTM or GRU of ``layers`` layers of ``size`` units over ``input_dim`` features.
-
-    The state is one tensor ``[layers, B, size]`` for a GRU and two stacked,
-    ``[2, layers, B, size]`` (hidden, cell), for an LSTM: one shape to store, reset and
-    gather per step whatever the cell (``state_shape``).
-    """
-
-    def __init__(self, cell: str, input_dim: int, size: int, layers: int = 1) -> None:
-        super().__init__()
-        if cell not in CELLS:
-            raise ValueError(f"cell must be one of {', '.join(CELLS)}, got {cell!r}")
-        self.cell, self.size, self.layers = cell, size, layers
-        kind = nn.LSTM if cell == "lstm" else nn.GRU
-        self.rnn = kind(input_dim, size, num_layers=layers)
-
-    def state_shape(self, batch: int) -> tuple[int, ...]:
-        """The shape of the state of ``batch`` sequences."""
-        shape = (self.layers, batch, self.size)
-        return (2, *shape) if self.cell == "lstm" else shape
-
-    def initial_state(self, batch: int, device: torch.device | str = "cpu") -> torch.Tensor:
-        """Zeros: the state at an episode's start."""
-        return torch.zeros(self.state_shape(batch), device=device)
-
-    def _unpack(self, state: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        if self.cell == "lstm":
-            return state[0].contiguous(), state[1].contiguous()
-        return state.contiguous()
-
-    def _pack(self, state: torch.Tensor | tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        return torch.stack(state) if isinstance(state, tuple) else state
-
-    @staticmethod
-    def reset(state: torch.Tensor, episode_starts: torch.Tensor) -> torch.Tensor:
-        """``state`` of ``B`` environments with zeros where ``episode_starts [B]`` (bool): the
-        state a step reads. A rollout stores it as the state before that step."""
-        keep = (~episode_starts).to(state.dtype).view(*([1] * (state.dim() - 2)), -1, 1)
-        return state * keep
-
-    def step(
-        self, features: torch.Tensor, state: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One step of ``B`` environments: ``features [B, input_dim]`` and the state it reads
-        (``reset`` first where an episode begins). Returns ``(output [B, size], state after
-        the step)``."""
-        output, after = self.rnn(features.unsqueeze(0), self._unpack(state))
-        return output.squeeze(0), self._pack(after)
-
-    def sequence(
-        self, features: torch.Tensor, state: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``L`` steps of ``C`` chunks without a reset inside: ``features [L, C, input_dim]``
-        from ``state`` (the state before each chunk's first step), in one fused call.
-        Returns ``(outputs [L, C, size], state after the last step)``."""
-        outputs, after = self.rnn(features, self._unpack(state))
-        return outputs, self._pack(after)
 
 
 @dataclass(frozen=True)
