@@ -390,9 +390,10 @@ def play(
 
     def body() -> None:
         from drlcli.actors.memory import describe_memory
+        from drlcli.checkpoints.policy import load_play_actor
         from drlcli.errors import UsageError
         from drlcli.evaluation import run_episodes
-        from drlcli.play import load_play_actor, play_in_window, record_video
+        from drlcli.play import play_in_window, record_video
         from drlcli.report import render_episodes
 
         if render and video is not None:
@@ -507,7 +508,7 @@ def verify(
     """
 
     def body() -> None:
-        from drlcli.audit import audit_checkpoint
+        from drlcli.checkpoints.audit import audit_checkpoint
         from drlcli.errors import CheckpointError, UsageError
         from drlcli.report import render_audit
 
@@ -549,13 +550,8 @@ def compare(
     improves on the first, and a PNG of the evaluation curves with their interval bands."""
 
     def body() -> None:
-        from drlcli.compare import (
-            compare_groups,
-            find_seed_runs,
-            group_seed_runs,
-            write_curves_png,
-            write_json,
-        )
+        from drlcli.compare import compare_groups, group_seed_runs, write_curves_png, write_json
+        from drlcli.metrics.seed_runs import find_seed_runs
         from drlcli.report import render_comparison
 
         groups = group_seed_runs(find_seed_runs(paths))

@@ -3,7 +3,7 @@ on an environment seeded apart from training's.
 
 ``FrozenPolicy`` and ``run_episodes`` run a policy's episodes (training's evaluator,
 ``runtime/policy_evaluator.py``; ``drl play`` and the learning benchmark with a checkpoint's
-``play.PlayPolicy``); ``EvaluationResult`` is what an evaluation reports.
+``checkpoints.policy.PlayPolicy``); ``EvaluationResult`` is what an evaluation reports.
 """
 
 from __future__ import annotations
@@ -120,12 +120,12 @@ def run_episodes(
 
     Args:
         env: an environment to use (e.g. with a render mode); default: a fresh one from the
-            policy's ``make_env()`` (``play.PlayPolicy`` has one; a bare ``FrozenPolicy`` needs
-            ``env``).
+            policy's ``make_env()`` (``checkpoints.policy.PlayPolicy`` has one; a bare
+            ``FrozenPolicy`` needs ``env``).
         on_frame: called with the env after every reset and step (rendering, recording).
         success: ``(env.success_key, env.success_when)`` that judge each episode's success;
-            default: the policy's ``success`` (``play.PlayPolicy``: its training config's), else
-            the defaults.
+            default: the policy's ``success`` (``checkpoints.policy.PlayPolicy``: its training
+            config's), else the defaults.
     """
     own_env = env is None
     if env is None:

@@ -21,10 +21,10 @@ from torch import nn
 from drlcli import __version__
 from drlcli.actors.memory import format_bytes, module_memory_bytes
 from drlcli.atomic import atomic_output
+from drlcli.checkpoints.policy import PlayPolicy, load_play_actor
 from drlcli.errors import ExportError, UsageError
 from drlcli.normalization import VARIANCE_EPSILON, RmsState
 from drlcli.observations import layout_record
-from drlcli.play import PlayPolicy, load_play_actor
 
 PARITY_TOLERANCE = 1e-5
 DEFAULT_OPSET = 18

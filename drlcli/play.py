@@ -1,87 +1,37 @@
-"""``drl play``: ``load_play_actor`` (also what ``drl export`` and the learning benchmark load),
-a window or a video of the policy's episodes (``evaluation.run_episodes``).
-
-``load_play_actor`` reads a checkpoint safely, validates its actor_semantics against the
-environment it will run in and against the rebuilt actor, and only then loads the weights.
+"""``drl play``: a window or a video of a checkpoint's policy's episodes
+(``evaluation.run_episodes``), the policy loaded by ``checkpoints.policy.load_play_actor``, with
+the view the user asks for.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from drlcli.actors.contract import declared_inference_memory
-from drlcli.actors.spec import ActorSpec, build_policy_actor
-from drlcli.algos.registry import actor_kind
-from drlcli.checkpoints.checks import check_fits, validate_actor_semantics
-from drlcli.checkpoints.record import Checkpoint
-from drlcli.checkpoints.semantics import actor_semantics
-from drlcli.checkpoints.verified import read_verified_checkpoint
-from drlcli.env_facts import EnvFacts
-from drlcli.envs import env_facts, env_module, make_env
-from drlcli.errors import CheckpointError, EnvironmentSpecError, SemanticsError, UsageError
-from drlcli.evaluation import EpisodeResult, FrozenPolicy, run_episodes
-from drlcli.normalization import RmsState
-from drlcli.observations import describe_layout
-from drlcli.success import ANY_STEP, FINAL_STEP
+from drlcli.checkpoints.policy import PlayPolicy
+from drlcli.errors import EnvironmentSpecError, UsageError
+from drlcli.evaluation import EpisodeResult, run_episodes
 
 # The views of --camera besides a model camera's name (view_from).
 CAMERA_FOLLOW, CAMERA_FIXED = "follow", "fixed"
 
 
-@dataclass
-class PlayPolicy(FrozenPolicy):
-    """A checkpoint's policy with its frozen observation statistics and its environment.
-
-    Attributes:
-        env_id: the environment the checkpoint was trained on (or the validated override).
-        env_kwargs: the ``gymnasium.make`` keyword arguments training used ({} for an override).
-        facts: that environment's spaces.
-        max_episode_steps: the time limit training used (None: the task's own).
-        observation_keys: a Dict task's parts the policy reads, in order (the checkpoint's
-            layout); None for a flat Box observation.
-        success: ``(env.success_key, env.success_when)`` of the training config: how an
-            episode's success is read (``drlcli.success``).
-        wrappers: the Gymnasium wrappers training put around the task (the checkpoint's).
-        checkpoint: the whole checkpoint.
-        inference_memory: bytes per category the rebuilt actor declares it needs for inference.
-    """
-
-    env_id: str
-    env_kwargs: dict[str, Any]
-    facts: EnvFacts
-    max_episode_steps: int | None
-    observation_keys: tuple[str, ...] | None
-    success: tuple[str | None, str]
-    wrappers: list[dict[str, Any]]
-    checkpoint: Checkpoint
-    inference_memory: dict[str, int]
-
-    def make_env(self, **overrides: Any) -> Any:
-        """The policy's environment as training made it; ``overrides`` (render_mode, width,
-        height) take precedence over the stored kwargs."""
-        return make_env(
-            self.env_id,
-            max_episode_steps=self.max_episode_steps,
-            observation_keys=self.observation_keys,
-            wrappers=self.wrappers,
-            **{**self.env_kwargs, **overrides},
-        )
-
-    def make_render_env(self, render_mode: str, camera: str = CAMERA_FOLLOW, **overrides: Any):
-        """The environment with a render mode and the view ``camera`` names (``view_from``)."""
-        model_camera = {} if camera in (CAMERA_FOLLOW, CAMERA_FIXED) else {"camera_name": camera}
-        env = self.make_env(render_mode=render_mode, **model_camera, **overrides)
-        try:
-            view_from(env, camera)
-        except BaseException:
-            env.close()
-            raise
-        return env
+def make_render_env(
+    policy: PlayPolicy, render_mode: str, camera: str = CAMERA_FOLLOW, **overrides: Any
+) -> Any:
+    """``policy``'s environment with a render mode and the view ``camera`` names
+    (``view_from``)."""
+    model_camera = {} if camera in (CAMERA_FOLLOW, CAMERA_FIXED) else {"camera_name": camera}
+    env = policy.make_env(render_mode=render_mode, **model_camera, **overrides)
+    try:
+        view_from(env, camera)
+    except BaseException:
+        env.close()
+        raise
+    return env
 
 
 def view_from(env: Any, camera: str) -> None:
@@ -129,107 +79,6 @@ def tracked_body(model: Any, configured: int) -> int:
     return 1 if model.nbody > 1 else 0
 
 
-def load_play_actor(
-    path: str | Path,
-    *,
-    env_id: str | None = None,
-    allow_builders: Iterable[str] = (),
-    allow_env_modules: Iterable[str] = (),
-) -> PlayPolicy:
-    """Load a checkpoint's policy after every semantics check passes.
-
-    Args:
-        path: the checkpoint.
-        env_id: run in this environment instead of the checkpoint's; its spaces must match.
-        allow_builders: modules whose builders may be imported (custom actors only; the
-            built-in ``drlcli.*`` builders need no consent).
-        allow_env_modules: modules that the checkpoint's env id ``module:Task-v0`` may import
-            (an ``env_id`` the caller gives is its own choice and needs none).
-
-    Raises:
-        CheckpointError: unreadable file.
-        SemanticsError: missing/unsupported semantics, a custom builder without consent,
-            or a mismatch with the environment or the rebuilt actor.
-    """
-    checkpoint = read_verified_checkpoint(path)
-    source = str(path)
-    semantics = validate_actor_semantics(checkpoint.actor_semantics, source=source)
-    spec = ActorSpec(semantics["builder"], semantics["kwargs"])
-    kind = actor_kind(spec.builder)
-    if kind != semantics["kind"]:
-        raise SemanticsError(
-            f"{source}: actor_semantics.kind is {semantics['kind']!r} but builder "
-            f"{spec.builder} is {kind}"
-        )
-    if kind == "custom" and spec.module not in set(allow_builders):
-        raise SemanticsError(
-            f"{source}: the policy is built by custom code {spec.builder}; importing it runs "
-            f"that module. If you trust it, pass --allow-builder {spec.module}"
-        )
-    module = env_module(checkpoint.env.id)
-    if env_id is None and module is not None and module not in set(allow_env_modules):
-        raise SemanticsError(
-            f"{source}: the task {checkpoint.env.id} is registered by module {module}; making "
-            f"it imports that module. If you trust it, pass --allow-env-module {module}"
-        )
-    run_env_id = env_id or checkpoint.env.id
-    # Another task does not take the trained task's kwargs (an xml_file, say).
-    env_kwargs = checkpoint.env.kwargs if run_env_id == checkpoint.env.id else {}
-    stored_layout = checkpoint.env.facts().observation_layout
-    keys = None if stored_layout is None else tuple(field.key for field in stored_layout)
-    try:
-        env = make_env(
-            run_env_id, observation_keys=keys, wrappers=checkpoint.env.wrappers, **env_kwargs
-        )
-    except EnvironmentSpecError as error:
-        if keys is None:
-            raise
-        raise SemanticsError(
-            f"{source}: checkpoint does not fit environment {run_env_id}: the policy reads "
-            f"observation {describe_layout(stored_layout)} ({error})"
-        ) from None
-    facts = env_facts(env)
-    env.close()
-    check_fits(checkpoint, facts, source)
-
-    actor = build_policy_actor(
-        spec, facts.obs_dim, facts.action_dim, "cpu", facts.action_low, facts.action_high
-    )
-    rebuilt = actor_semantics(spec, facts.obs_dim, facts.action_dim, actor.action_transform_id)
-    validate_actor_semantics(semantics, rebuilt, source=source)
-    try:
-        actor.load_state_dict(checkpoint.actor)
-    except (KeyError, RuntimeError) as error:
-        reason = " ".join(str(error).split())[:300]
-        raise CheckpointError(f"{source}: actor weights do not fit the actor: {reason}") from error
-    actor.eval()
-    obs_rms = None
-    if checkpoint.obs_rms_state is not None:
-        obs_rms = RmsState.from_dict(checkpoint.obs_rms_state)
-    return PlayPolicy(
-        actor=actor,
-        obs_rms=obs_rms,
-        observation_clip=checkpoint.observation_clip,
-        env_id=run_env_id,
-        env_kwargs=dict(env_kwargs),
-        facts=facts,
-        max_episode_steps=checkpoint.env.max_episode_steps,
-        observation_keys=keys,
-        success=_success_settings(checkpoint),
-        wrappers=checkpoint.env.wrappers,
-        checkpoint=checkpoint,
-        inference_memory=declared_inference_memory(actor),
-    )
-
-
-def _success_settings(checkpoint: Checkpoint) -> tuple[str | None, str]:
-    """How the training config read success (a checkpoint from before it: the defaults)."""
-    env = checkpoint.config.get("env")
-    env = env if isinstance(env, dict) else {}
-    key, when = env.get("success_key"), env.get("success_when", ANY_STEP)
-    return (key if isinstance(key, str) else None), (when if when == FINAL_STEP else ANY_STEP)
-
-
 def has_display() -> bool:
     """Whether a window can open (an X11 or Wayland display on Linux; always elsewhere)."""
     import os
@@ -254,7 +103,7 @@ def play_in_window(
             "--render needs a display and none was found (no DISPLAY or WAYLAND_DISPLAY); "
             "record a video instead with --video out.mp4"
         )
-    env = policy.make_render_env("human", camera)
+    env = make_render_env(policy, "human", camera)
     step_seconds = getattr(env.unwrapped, "dt", None) or 1.0 / env.metadata.get("render_fps", 30)
     try:
         return run_episodes(
@@ -289,7 +138,7 @@ def _render_env_sized(
     of that size: the identity where ``gymnasium.make`` takes the size; a task whose make does
     not (Shimmy's dm_control tasks) renders at its own size, and its frames are resized."""
     try:
-        env = policy.make_render_env("rgb_array", camera, width=width, height=height)
+        env = make_render_env(policy, "rgb_array", camera, width=width, height=height)
         return env, lambda frame: frame
     except EnvironmentSpecError as error:
         if "width" not in str(error) and "height" not in str(error):
@@ -302,7 +151,7 @@ def _render_env_sized(
         image = Image.fromarray(np.ascontiguousarray(frame))
         return np.asarray(image.resize((width, height), Image.Resampling.BILINEAR))
 
-    return policy.make_render_env("rgb_array", camera), resized
+    return make_render_env(policy, "rgb_array", camera), resized
 
 
 def record_video(

@@ -19,12 +19,12 @@ from drlcli.algos.flash_sac.algorithm import FLASH_SAC, flash_sac_actor_spec
 from drlcli.algos.flash_sac.learner import FlashSACLearner
 from drlcli.algos.flash_sac.params import FlashSACParams
 from drlcli.checkpoints.files import write_checkpoint
+from drlcli.checkpoints.policy import load_play_actor
 from drlcli.checkpoints.record import RunProgress
 from drlcli.config import config_from_dict
 from drlcli.env_facts import EnvFacts
 from drlcli.envs import env_facts, make_env
 from drlcli.export import export_onnx
-from drlcli.play import load_play_actor
 from drlcli.runtime.checkpointing import build_checkpoint
 from drlcli.runtime.probe import ProbedActor
 from tests.learner_contexts import learner_context

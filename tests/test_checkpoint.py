@@ -453,7 +453,7 @@ def test_every_field_drl_writes_is_required(checkpoint_file, remove, message):
 def test_a_checkpoint_without_evaluation_reads_and_one_without_content_hash_is_refused(
     checkpoint_file, tmp_path
 ):
-    from drlcli.audit import audit_checkpoint
+    from drlcli.checkpoints.audit import audit_checkpoint
     from drlcli.checkpoints.files import CONTENT_HASH, read_checkpoint
 
     def mid_run(payload):
@@ -491,7 +491,7 @@ def test_changed_bytes_are_reported_as_corruption_never_read_silently(checkpoint
     hash, or changed nothing that is read (zip padding, say); none loads with changed contents."""
     import random
 
-    from drlcli.audit import audit_checkpoint
+    from drlcli.checkpoints.audit import audit_checkpoint
     from drlcli.checkpoints.files import CONTENT_HASH, content_hash, read_checkpoint
 
     def contents_hash(payload):

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from drlcli.algos.ppo.algorithm import PPO
-from drlcli.audit import audit_checkpoint
-from drlcli.dashboard.runs import find_runs, read_rows, seed_group
+from drlcli.checkpoints.audit import audit_checkpoint
 from drlcli.dashboard.server import start_dashboard
 from drlcli.errors import UsageError
 from drlcli.metrics.csv_file import MetricsWriter
+from drlcli.metrics.runs import find_runs, read_rows, seed_group
 from drlcli.metrics.schema import metric_columns
 
 COLUMNS = metric_columns(PPO)

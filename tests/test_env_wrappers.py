@@ -101,9 +101,9 @@ STACKED_YAML = (
 
 @pytest.mark.usefixtures("ray_cluster")
 def test_a_wrapped_task_trains_plays_exports_and_refuses_other_wrappers_on_resume(tmp_path):
+    from drlcli.checkpoints.policy import load_play_actor
     from drlcli.evaluation import run_episodes
     from drlcli.export import export_onnx
-    from drlcli.play import load_play_actor
     from drlcli.runtime.training import train
     from drlcli.topology import AvailableDevices
 

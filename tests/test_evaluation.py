@@ -9,7 +9,7 @@ import pytest
 from drlcli.algos.ppo.algorithm import gaussian_actor_spec
 from drlcli.algos.ppo.learner import Learner
 from drlcli.algos.ppo.params import PPOParams
-from drlcli.audit import audit_checkpoint
+from drlcli.checkpoints.audit import audit_checkpoint
 from drlcli.checkpoints.files import read_checkpoint
 from drlcli.config import EnvConfig, config_from_dict, load_config
 from drlcli.evaluation import EVALUATION_SEED_OFFSET

@@ -11,11 +11,11 @@ import pytest
 from typer.testing import CliRunner
 
 import drlcli.export
+from drlcli.checkpoints.policy import load_play_actor
 from drlcli.cli import app
 from drlcli.envs import make_env
 from drlcli.errors import ExportError, SemanticsError, UsageError
 from drlcli.export import export_onnx
-from drlcli.play import load_play_actor
 
 runner = CliRunner()
 

@@ -562,7 +562,7 @@ class _Dying:
         self.deaths, self.actor_id, self.calls = deaths, actor_id, 0
 
     def __call__(self, call, roles=None, timeout_s=300.0):
-        from drlcli.runtime.ray_session import WorkerDied
+        from drlcli.runtime.ray_errors import WorkerDied
 
         self.calls += 1
         if self.calls <= self.deaths:

@@ -6,14 +6,14 @@ import pytest
 import torch
 
 from drlcli.actors.spec import ActorSpec
-from drlcli.audit import audit_checkpoint
+from drlcli.checkpoints.audit import audit_checkpoint
 from drlcli.checkpoints.files import load_payload, read_checkpoint
+from drlcli.checkpoints.policy import load_play_actor
 from drlcli.config import load_config
 from drlcli.errors import ConfigError, SemanticsError
 from drlcli.evaluation import run_episodes
 from drlcli.export import export_onnx
 from drlcli.metrics.csv_file import read_metrics
-from drlcli.play import load_play_actor
 from drlcli.runtime.policy_evaluator import PolicyEvaluator
 from drlcli.runtime.run_context import EvaluatorContext
 from drlcli.runtime.training import train

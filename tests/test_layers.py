@@ -49,7 +49,6 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "drlcli.report",
             "drlcli.play",
             "drlcli.export",
-            "drlcli.audit",
             "drlcli.doctor",
             "drlcli.compare",
             "drlcli.tune",
@@ -148,6 +147,33 @@ def test_no_layer_imports_one_above_it():
     }
     assert arrows_up <= ALLOWED_ARROWS_UP, sorted(arrows_up - ALLOWED_ARROWS_UP)
     assert len(ALLOWED_ARROWS_UP) <= 3
+
+
+# The command line's dispatchers import every command; no command imports another.
+DISPATCHERS = {"drlcli.__main__", "drlcli.cli"}
+
+
+def test_no_command_imports_another_command():
+    """A command is a module or package of the commands layer (``drlcli.play``,
+    ``drlcli.tune``); what two commands share lives below them, in the records layer
+    (``checkpoints.policy``'s ``load_play_actor``, ``metrics.runs``, ``metrics.seed_runs``,
+    ``checkpoints.audit``)."""
+    graph = import_graph()
+    commands = len(LAYERS) - 1
+
+    def command_of(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    crossing = sorted(
+        f"{module} -> {imported}"
+        for module, targets in graph.items()
+        if module != "drlcli" and module not in DISPATCHERS and layer_of(module) == commands
+        for imported in targets
+        if imported != "drlcli"
+        and layer_of(imported) == commands
+        and command_of(imported) != command_of(module)
+    )
+    assert crossing == []
 
 
 def test_every_module_is_in_a_layer_and_every_layer_has_modules():

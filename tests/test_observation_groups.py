@@ -16,7 +16,7 @@ from gymnasium import spaces
 from typer.testing import CliRunner
 
 import tests.dict_envs  # noqa: F401  (registers drltest/DictReach-v0, drltest/HiddenBonus-v0)
-from drlcli.audit import audit_checkpoint
+from drlcli.checkpoints.audit import audit_checkpoint
 from drlcli.checkpoints.files import read_checkpoint, write_checkpoint
 from drlcli.cli import app
 from drlcli.config import config_from_dict, load_config
@@ -204,9 +204,9 @@ PRIVILEGED = (
 def test_a_privileged_critic_trains_and_everything_after_training_reads_the_policy_group(
     tmp_path, algo
 ):
+    from drlcli.checkpoints.policy import load_play_actor
     from drlcli.evaluation import run_episodes
     from drlcli.export import export_onnx
-    from drlcli.play import load_play_actor
     from drlcli.runtime.training import train
     from drlcli.topology import AvailableDevices
 
@@ -276,8 +276,8 @@ def test_a_privileged_critic_trains_and_everything_after_training_reads_the_poli
 
 @pytest.mark.usefixtures("ray_cluster")
 def test_a_box_task_groups_its_slices_and_plays_them(tmp_path):
+    from drlcli.checkpoints.policy import load_play_actor
     from drlcli.evaluation import run_episodes
-    from drlcli.play import load_play_actor
     from drlcli.runtime.training import train
     from drlcli.topology import AvailableDevices
 

@@ -12,7 +12,7 @@ from gymnasium import spaces
 from typer.testing import CliRunner
 
 import tests.dict_envs  # noqa: F401  (registers drltest/DictReach-v0)
-from drlcli.audit import audit_checkpoint
+from drlcli.checkpoints.audit import audit_checkpoint
 from drlcli.checkpoints.files import read_checkpoint
 from drlcli.cli import app
 from drlcli.config import load_config
@@ -143,9 +143,9 @@ def dict_config(tmp_path, algo: str, extra_env: str = "", total: int = 160, name
 @pytest.mark.usefixtures("ray_cluster")
 @pytest.mark.parametrize("algo", ["ppo", "sac", "flash_sac"])
 def test_a_dict_task_trains_verifies_plays_and_exports(tmp_path, algo):
+    from drlcli.checkpoints.policy import load_play_actor
     from drlcli.evaluation import run_episodes
     from drlcli.export import export_onnx
-    from drlcli.play import load_play_actor
     from drlcli.runtime.training import train
     from drlcli.topology import AvailableDevices
 

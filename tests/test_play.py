@@ -9,10 +9,11 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from drlcli.checkpoints.policy import load_play_actor
 from drlcli.cli import app
 from drlcli.errors import CheckpointError, SemanticsError, UsageError
 from drlcli.evaluation import run_episodes
-from drlcli.play import load_play_actor, play_in_window, record_video
+from drlcli.play import play_in_window, record_video
 
 runner = CliRunner()
 

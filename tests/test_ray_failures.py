@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from drlcli.errors import TrainingError
-from drlcli.runtime.ray_session import get_or_raise, worker_error
+from drlcli.runtime.ray_errors import get_or_raise, worker_error
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 

@@ -305,13 +305,13 @@ def test_sac_trains_through_ray_to_a_verified_playable_exportable_checkpoint_and
     """The shared off-policy layer carries SAC end to end: metrics, checkpoint, verify, play,
     export; and a run stopped after round 2 and resumed with its replay buffer is the run
     trained straight through."""
-    from drlcli.audit import audit_checkpoint
+    from drlcli.checkpoints.audit import audit_checkpoint
     from drlcli.checkpoints.files import load_payload
+    from drlcli.checkpoints.policy import load_play_actor
     from drlcli.evaluation import run_episodes
     from drlcli.export import export_onnx
     from drlcli.metrics.csv_file import read_metrics
     from drlcli.metrics.schema import metric_columns
-    from drlcli.play import load_play_actor
     from tests.test_metrics import COMMON
 
     config, summary = _train(tmp_path, "straight", 240)  # 80 env steps a round

@@ -204,7 +204,7 @@ class FakeHandles:
 def test_closing_the_processes_finishes_every_handle_through_a_ctrl_c(monkeypatch):
     import ray
 
-    from drlcli.runtime.ray_session import ProcessOwner
+    from drlcli.runtime.process_owner import ProcessOwner
 
     fake = FakeHandles()
     monkeypatch.setattr(ray, "kill", fake.kill)

@@ -9,7 +9,7 @@ import torch
 
 from drlcli.algos.entry_types import RoundPlan
 from drlcli.algos.ppo.algorithm import gaussian_actor_spec
-from drlcli.audit import audit_checkpoint
+from drlcli.checkpoints.audit import audit_checkpoint
 from drlcli.checkpoints.checks import validate_actor_semantics
 from drlcli.checkpoints.files import load_payload, read_checkpoint
 from drlcli.config import load_config
@@ -203,7 +203,7 @@ def test_learners_sample_with_own_parameters_between_syncs_and_average_on_sync(t
 def test_processes_share_the_cpus_of_a_cluster_that_has_too_few():
     import ray
 
-    from drlcli.runtime.ray_session import process_resources
+    from drlcli.runtime.resources import process_resources
     from drlcli.topology import TrainingTopology
 
     cpus = ray.cluster_resources()["CPU"]
@@ -223,7 +223,7 @@ def test_an_off_policy_learner_gets_the_cores_the_other_processes_leave(monkeypa
     actors, the evaluator), shared by the CPU learners, at least one each
     (scripts/bench/learner_threads.py: a learner on every core beside its env stepper made
     0.6-0.8 times the updates of one on the core left to it)."""
-    from drlcli.runtime.ray_session import process_resources
+    from drlcli.runtime.resources import process_resources
     from drlcli.topology import TrainingTopology
 
     monkeypatch.setattr("os.cpu_count", lambda: 16)
@@ -253,7 +253,7 @@ def test_an_off_policy_learner_gets_the_cores_the_other_processes_leave(monkeypa
     ],
 )
 def test_the_cpu_share_fits_every_process_on_some_node(node_cpus, processes, share):
-    from drlcli.runtime.ray_session import cpu_share
+    from drlcli.runtime.resources import cpu_share
 
     found = cpu_share(node_cpus, processes)
     assert found == pytest.approx(share, abs=1e-4) and found <= share

@@ -352,7 +352,7 @@ def test_a_run_inside_a_trials_placement_group_places_every_process_in_it():
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    from drlcli.runtime.ray_session import process_resources
+    from drlcli.runtime.resources import process_resources
     from drlcli.topology import AvailableDevices, topology_for_config
 
     config = config_from_dict({"env": {"id": "InvertedPendulum-v5"}, "num_actors": 2})
@@ -569,7 +569,7 @@ def test_a_pbt_search_exploits_the_other_trials_weights_and_writes_a_winner_that
     assert winner.name == "pbt_tuned" and winner.total_env_steps == 512
     assert winner.algo_params.learning_rate == summary.winner_values["algo_params.learning_rate"]
     # The dashboard shows the trials as one group (search.yaml marks the folder).
-    from drlcli.dashboard.runs import find_runs
+    from drlcli.metrics.runs import find_runs
 
     found = {(run.group, run.name, run.group_kind) for run in find_runs([tmp_path / "search"])}
     assert {("search search", trial, "trials") for trial in results} <= found

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from drlcli.audit import audit_checkpoint
+from drlcli.checkpoints.audit import audit_checkpoint
 from drlcli.checkpoints.files import read_checkpoint
 from drlcli.config import config_from_dict
 from drlcli.runtime.training import train

@@ -9,7 +9,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from drlcli.audit import audit_checkpoint
+from drlcli.checkpoints.audit import audit_checkpoint
 from drlcli.cli import app
 
 runner = CliRunner()
@@ -200,7 +200,7 @@ def test_an_env_id_that_imports_a_module_is_a_warning_and_is_never_imported(chec
 
 PEAK_MEMORY = """
 import resource, sys, time
-from drlcli.audit import audit_checkpoint
+from drlcli.checkpoints.audit import audit_checkpoint
 started = time.process_time()  # CPU time: another process's load does not inflate it
 report = audit_checkpoint(sys.argv[1])
 print(time.process_time() - started, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)

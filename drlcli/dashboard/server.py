@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from drlcli.dashboard.runs import MalformedCsv, Run, find_runs, read_rows
 from drlcli.errors import UsageError
+from drlcli.metrics.runs import MalformedCsv, Run, find_runs, read_rows
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 DEFAULT_PORT = 6007
@@ -69,7 +69,7 @@ class RunIndex:
 
 def run_details(run: Run) -> dict[str, Any]:
     """Config, actor semantics, the ``drl verify`` audit (as ``drl verify --json``), returns."""
-    from drlcli.audit import audit_checkpoint
+    from drlcli.checkpoints.audit import audit_checkpoint
     from drlcli.errors import DrlError
 
     details: dict[str, Any] = {
@@ -207,7 +207,7 @@ class DashboardHandler(BaseHTTPRequestHandler):
         elif parts == ["api", "groups"]:
             wanted = [i for i in parse_qs(url.query).get("runs", [""])[0].split(",") if i]
             runs = [run for identifier in wanted if (run := index.get(identifier)) is not None]
-            from drlcli.compare import group_statistics
+            from drlcli.metrics.seed_runs import group_statistics
 
             self._json({"groups": group_statistics(runs)})
         elif len(parts) >= 4 and parts[:2] == ["api", "runs"]:

@@ -18,14 +18,10 @@ from drlcli.actors.spec import ActorSpec
 from drlcli.checkpoints.record import Checkpoint
 from drlcli.config import Config
 from drlcli.evaluation import EvaluationResult
-from drlcli.runtime.ray_session import (
-    ProcessOwner,
-    WorkerDied,
-    actor_id_of,
-    get_when_restarted,
-)
-from drlcli.runtime.ray_session import get_or_raise as _get
-from drlcli.runtime.restarts import RestartCounter, restartable_actor_options
+from drlcli.runtime.process_owner import ProcessOwner
+from drlcli.runtime.ray_errors import WorkerDied, actor_id_of
+from drlcli.runtime.ray_errors import get_or_raise as _get
+from drlcli.runtime.restarts import RestartCounter, get_when_restarted, restartable_actor_options
 from drlcli.runtime.run_context import EvaluatorContext, HasEvaluationHost
 
 

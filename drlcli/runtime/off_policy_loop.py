@@ -12,8 +12,10 @@ from drlcli.checkpoints.replay_file import ReplayStamp, read_replay_buffers, wri
 from drlcli.metrics.schema import average_metrics
 from drlcli.off_policy.resume import learner_states_for, replays_for
 from drlcli.runtime.evaluation_runner import evaluator_has_own_process
-from drlcli.runtime.ray_session import ProcessOwner, actor_id_of, process_resources
-from drlcli.runtime.ray_session import get_or_raise as _get
+from drlcli.runtime.process_owner import ProcessOwner
+from drlcli.runtime.ray_errors import actor_id_of
+from drlcli.runtime.ray_errors import get_or_raise as _get
+from drlcli.runtime.resources import process_resources
 from drlcli.runtime.restarts import RestartCounter, restartable_actor_options
 from drlcli.runtime.run_context import OffPolicyWorkerContext, RunContext
 

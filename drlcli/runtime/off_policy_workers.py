@@ -17,12 +17,8 @@ import torch
 from drlcli.off_policy.collector import OffPolicyCollector, OffPolicyLearner
 from drlcli.off_policy.data_parallel import DataParallelGroup, open_store
 from drlcli.runtime.policy_evaluator import EvaluationHost
-from drlcli.runtime.ray_session import (
-    WorkerDied,
-    get_or_raise,
-    get_when_restarted,
-)
-from drlcli.runtime.restarts import RestartCounter
+from drlcli.runtime.ray_errors import WorkerDied, get_or_raise
+from drlcli.runtime.restarts import RestartCounter, get_when_restarted
 from drlcli.runtime.run_context import OffPolicyWorkerContext
 
 

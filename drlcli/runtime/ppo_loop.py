@@ -9,15 +9,11 @@ from typing import Any
 from drlcli.metrics.schema import average_metrics
 from drlcli.normalization import RmsState, merge_rms_states
 from drlcli.runtime.evaluation_runner import evaluator_has_own_process
-from drlcli.runtime.ray_session import (
-    ProcessOwner,
-    WorkerDied,
-    actor_id_of,
-    get_when_restarted,
-    process_resources,
-)
-from drlcli.runtime.ray_session import get_or_raise as _get
-from drlcli.runtime.restarts import RestartCounter, restartable_actor_options
+from drlcli.runtime.process_owner import ProcessOwner
+from drlcli.runtime.ray_errors import WorkerDied, actor_id_of
+from drlcli.runtime.ray_errors import get_or_raise as _get
+from drlcli.runtime.resources import process_resources
+from drlcli.runtime.restarts import RestartCounter, get_when_restarted, restartable_actor_options
 from drlcli.runtime.run_context import RunContext
 
 

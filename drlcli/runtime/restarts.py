@@ -11,10 +11,12 @@ that ran on the fresh process is redone after the same restoration, or its data 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from drlcli.errors import TrainingError, first_line
+from drlcli.errors import TrainingError
+from drlcli.runtime.ray_errors import worker_error
 
 
 def restartable_actor_options(max_restarts: int) -> dict[str, Any]:
@@ -79,11 +81,22 @@ class RestartCounter:
         return count
 
 
-def death_reason(error: Exception) -> str:
-    """One line on why a Ray actor call failed: the process id and Ray's first line."""
-    message = str(getattr(error, "error_msg", "") or error)
-    pid = next(
-        (line.split(":", 1)[1].strip() for line in message.splitlines() if "pid:" in line), None
-    )
-    first = first_line(message, type(error).__name__)
-    return f"pid {pid}: {first}" if pid else first
+def get_when_restarted(
+    call: Callable[[], Any], roles: Mapping[str, str] | None = None, timeout_s: float = 300.0
+) -> Any:
+    """``get_or_raise(call())`` once a restarting actor answers: Ray refuses calls while it
+    restarts the process (``ActorUnavailableError``); they are made again until ``timeout_s``."""
+    import ray
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return ray.get(call())
+        except ray.exceptions.ActorUnavailableError:
+            if time.monotonic() > deadline:
+                raise TrainingError(
+                    f"a restarted process did not come back within {timeout_s:g} s"
+                ) from None
+            time.sleep(0.1)
+        except ray.exceptions.RayError as error:
+            raise worker_error(error, roles) from None

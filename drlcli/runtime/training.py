@@ -42,7 +42,8 @@ from drlcli.runtime.nodes import check_every_node
 from drlcli.runtime.preflight import check_learner_device, preflight
 from drlcli.runtime.probe import ProbedActor
 from drlcli.runtime.progress import TrainingProgress
-from drlcli.runtime.ray_session import process_resources, ray_session
+from drlcli.runtime.ray_session import ray_session
+from drlcli.runtime.resources import process_resources
 from drlcli.runtime.run_context import HasEvaluationHost, ReplaySaving, RunContext, WarmsUp
 from drlcli.runtime.stop import (
     HANG_TIMEOUT_FLOOR_S,

@@ -17,8 +17,8 @@ from typing import Any
 import yaml
 
 from drlcli.config import config_from_dict, read_yaml_mapping
-from drlcli.dashboard.runs import SEARCH_FILE
 from drlcli.errors import ConfigError, SearchInterrupted, TrainingError, UsageError
+from drlcli.metrics.runs import SEARCH_FILE
 from drlcli.seed_statistics import Interval, bootstrap_interval, interquartile_mean
 from drlcli.topology import AvailableDevices, topology_for_config
 from drlcli.tune.search import (

@@ -25,9 +25,9 @@ from pathlib import Path
 
 from rich.console import Console
 
+from drlcli.checkpoints.policy import load_play_actor
 from drlcli.config import load_config
 from drlcli.evaluation import run_episodes
-from drlcli.play import load_play_actor
 from drlcli.runtime.training import train
 from drlcli.seed_statistics import bootstrap_interval, interquartile_mean
 

@@ -47,8 +47,8 @@ import numpy as np  # noqa: E402
 from rich.console import Console  # noqa: E402
 
 import tests.dict_envs  # noqa: E402,F401  (registers drltest/HiddenBonus-v0)
+from drlcli.checkpoints.policy import load_play_actor  # noqa: E402
 from drlcli.config import config_from_dict  # noqa: E402
-from drlcli.play import load_play_actor  # noqa: E402
 from drlcli.runtime.training import TrainingSummary, train  # noqa: E402
 from drlcli.topology import AvailableDevices  # noqa: E402
 from tests import user_robot  # noqa: E402
