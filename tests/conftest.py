@@ -38,6 +38,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.ray)
 
 
+@pytest.fixture(scope="session", autouse=FAST_ONLY)
+def first_run_caches_built() -> None:
+    """Under ``make test-fast``: what a library builds on its first run anywhere, through a
+    process of its own, is built before the first test, not inside whichever test first needs
+    it (matplotlib's font cache runs ``fc-list`` when none exists: on a fresh machine or HOME,
+    ``drl compare``'s PNG test would otherwise trip ``no_subprocesses``)."""
+    import matplotlib.font_manager  # noqa: F401  builds the cache at import when it is missing
+
+
 @pytest.fixture(autouse=FAST_ONLY)
 def no_subprocesses(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
     """Under ``make test-fast`` a test that starts a process fails, naming the marker it lacks:

@@ -193,3 +193,35 @@ def test_a_group_of_two_tasks_is_refused(tmp_path, checkpoint_file):
     os.replace(checkpoint_file(other_task, name="other.pt"), root / "model_mixed_seed1.pt")
     line = one_error_line(invoke("compare", str(root), "--plot", str(tmp_path / "c.png")))
     assert "mixes tasks Hopper-v5, InvertedPendulum-v5" in line
+
+
+@pytest.mark.subprocess
+def test_the_fast_set_passes_where_matplotlib_never_ran(tmp_path):
+    """``make test-fast`` on a fresh machine: matplotlib has no font cache and builds one
+    through a process of its own, which the fast set's guard refuses inside a test
+    (tests/conftest.py builds it before the first test). The PNG test, under the guard, in a
+    fresh HOME and cache."""
+    import subprocess
+    import sys
+
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {
+        **os.environ,
+        "DRL_TEST_FAST": "1",
+        "HOME": str(home),
+        "MPLCONFIGDIR": str(home / "matplotlib"),
+        "XDG_CACHE_HOME": str(home / "cache"),
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider"]
+        + ["-m", "not ray and not subprocess", "-n", "0"]
+        + [f"{__file__}::test_compare_reports_each_group_writes_its_json_and_png"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=Path(__file__).resolve().parents[1],
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert (home / "matplotlib").is_dir()  # the cache was built there, not found elsewhere
