@@ -656,7 +656,20 @@ class _FixedActor(nn.Module):
 
 
 def test_an_actor_without_parameters_is_probed_on_the_cpu():
-    validate_policy_actor(_FixedActor(), 3, 2, [-1.0, -1.0], [1.0, 1.0])
+    """No parameter to take a device from: the smoke observations are the CPU's, and the
+    actor receives them there."""
+    from drlcli.actors.contract import _smoke_observations
+
+    seen: list[torch.device] = []
+
+    class Recording(_FixedActor):
+        def forward(self, obs, training=False):
+            seen.append(obs.device)
+            return super().forward(obs, training)
+
+    assert _smoke_observations(_FixedActor(), 3).device == torch.device("cpu")
+    validate_policy_actor(Recording(), 3, 2, [-1.0, -1.0], [1.0, 1.0])
+    assert seen and set(seen) == {torch.device("cpu")}
 
 
 def test_the_smoke_observations_are_zeros_then_three_times_a_seeded_normal():

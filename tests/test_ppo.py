@@ -183,15 +183,39 @@ def test_a_learner_keeps_its_own_schedule_from_the_runs_plan(rollout_actor):
     assert str(error.value) == "train_step: a learner built without a plan needs fraction_done"
 
 
-def test_train_step_changes_parameters(rollout_actor, learner):
-    before = learner.network_state()
-    trajectory, _ = rollout_actor.sample(before, 32, 0.99, 0.95, None)
-    learner.add(trajectory)
-    after, _ = learner.train_step(0.0)
-    assert not torch.equal(
-        before["actor"]["mean_network.0.weight"], after["actor"]["mean_network.0.weight"]
+@pytest.mark.parametrize("closed_form", [True, False])
+def test_train_step_moves_the_parameters_down_the_ppo_loss(rollout_actor, closed_form):
+    """One full-batch step with a small learning rate lowers the PPO loss of that batch (its
+    clipped surrogate, value and entropy terms together): a step up the gradient, or one that
+    does not move, fails."""
+    from drlcli.algos.ppo.learner import ppo_loss, standardize_advantages
+
+    params = dataclasses.replace(
+        PARAMS, num_epochs=1, num_minibatches=1, learning_rate=1e-3, anneal_learning_rate=False
     )
-    assert not torch.equal(before["value"]["network.0.weight"], after["value"]["network.0.weight"])
+    learner = Learner(SPEC, 4, 1, params, seed=0, closed_form=closed_form)
+    trajectory, _ = rollout_actor.sample(learner.network_state(), 32, 0.99, 0.95, None)
+    data = {name: torch.as_tensor(column) for name, column in trajectory.items()}
+
+    def batch_loss() -> float:
+        with torch.no_grad():
+            new_logprob, entropy = learner.actor.log_prob_and_entropy(data["obs"], data["act"])
+            loss, _ = ppo_loss(
+                new_logprob=new_logprob,
+                entropy=entropy,
+                new_value=learner.value_network(data["obs"]),
+                old_logprob=data["logp"],
+                old_value=data["value"],
+                advantages=standardize_advantages(data["adv"]),
+                returns=data["ret"],
+                params=params,
+            )
+        return float(loss)
+
+    before = batch_loss()
+    learner.add(trajectory)
+    learner.train_step(0.0)
+    assert batch_loss() < before
 
 
 @pytest.mark.parametrize(("target_kl", "expected_epochs"), [(1e-9, 1), (1e9, 5), (None, 5)])

@@ -709,5 +709,12 @@ def test_every_example_space_file_plans_against_the_preset_its_comment_names(spa
 
     command = re.search(r"drl tune (\w+) (examples/tune/\S+\.yaml)", space.read_text())
     assert command and command.group(2) == f"examples/tune/{space.name}", space
-    plan = prepare_search(find_preset(command.group(1)).path, space)
-    assert plan.settings.trials >= 1 and plan.env_steps >= 1
+    import yaml
+
+    from drlcli.config import load_config
+
+    preset = find_preset(command.group(1)).path
+    plan = prepare_search(preset, space)
+    # The plan is the file's and the preset's: its trial count, the preset's budget per trial.
+    assert plan.settings.trials == yaml.safe_load(space.read_text())["search"]["trials"]
+    assert plan.env_steps == load_config(preset).total_env_steps

@@ -32,7 +32,7 @@ def test_a_random_policy_does_not_solve_the_task():
 
 
 @pytest.mark.usefixtures("ray_cluster")
-def test_a_users_robot_trains_with_the_defaults_and_its_statistics_see_each_sensors_scale(
+def test_a_users_robot_runs_a_round_with_the_defaults_and_its_statistics_see_each_sensors_scale(
     tmp_path,
 ):
     config = config_from_dict(
