@@ -98,6 +98,14 @@ class GaussianPolicyActor(nn.Module):
     def _entropy(self, batch: int) -> torch.Tensor:
         return (0.5 + _HALF_LOG_2PI + self.log_std).sum().expand(batch)
 
+    def _sample(self, mean: torch.Tensor) -> torch.Tensor:
+        """A reparameterised raw sample ``mean + exp(log_std) * eps`` ``[B, A]``."""
+        return mean + torch.exp(self.log_std) * torch.randn_like(mean)
+
+    def _env_action(self, mean: torch.Tensor, deterministic: bool) -> torch.Tensor:
+        """``transform(mean)`` when deterministic, else ``transform(sample)``."""
+        return self.transform(mean if deterministic else self._sample(mean))
+
     def _mean(self, obs: torch.Tensor) -> torch.Tensor:
         """``mu(obs)`` ``[B, A]`` (a recurrent actor's: of an episode's first step)."""
         return self.mean_network(obs)
@@ -107,7 +115,7 @@ class GaussianPolicyActor(nn.Module):
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         """Sample raw actions ``[B, A]``; info holds ``log_prob`` and ``entropy``, both ``[B]``."""
         mean = self._mean(obs)
-        actions = mean + torch.exp(self.log_std) * torch.randn_like(mean)  # reparameterised
+        actions = self._sample(mean)
         info = {
             "log_prob": self._log_prob(actions, mean),
             "entropy": self._entropy(len(obs)),
@@ -138,10 +146,7 @@ class GaussianPolicyActor(nn.Module):
 
         ``dones`` is accepted for the contract; this policy keeps no per-episode state.
         """
-        mean = self.mean_network(obs)
-        if deterministic:
-            return self.transform(mean)
-        return self.transform(mean + torch.exp(self.log_std) * torch.randn_like(mean))
+        return self._env_action(self.mean_network(obs), deterministic)
 
     def as_export_module(self) -> nn.Module:
         return ClipExport(self.mean_network, self.action_low, self.action_high)

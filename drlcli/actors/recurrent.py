@@ -130,7 +130,7 @@ class RecurrentGaussianPolicyActor(GaussianPolicyActor):
         after the step, from ``obs [B, O]`` and the state the step reads."""
         features, after = self.core.step(obs, state)
         mean = self.mean_network(features)
-        actions = mean + torch.exp(self.log_std) * torch.randn_like(mean)
+        actions = self._sample(mean)
         return actions, self._log_prob(actions, mean), after
 
     def sequence_log_prob_and_entropy(
@@ -158,10 +158,7 @@ class RecurrentGaussianPolicyActor(GaussianPolicyActor):
         elif dones is not None:
             state = self.core.reset(state, dones.to(torch.bool))
         features, self.explore_state = self.core.step(obs, state)
-        mean = self.mean_network(features)
-        if deterministic:
-            return self.transform(mean)
-        return self.transform(mean + torch.exp(self.log_std) * torch.randn_like(mean))
+        return self._env_action(self.mean_network(features), deterministic)
 
     def as_export_module(self) -> nn.Module:
         return RecurrentClipExport(self.core, self.mean_network, self.action_low, self.action_high)
