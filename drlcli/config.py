@@ -373,6 +373,7 @@ def config_from_dict(raw: dict[str, Any], default_name: str = "run") -> Config:
     _check_observation_parts(raw.get("env"))
     algorithm = get_algorithm(raw.get("algo", Config.algo))
     raw.setdefault("algo_params", {})
+    _check_recurrent_algorithm(algorithm, raw["algo_params"])
     config = _build_dataclass(
         Config, raw, "", hint_overrides={"algo_params": algorithm.params_type}
     )
@@ -392,6 +393,24 @@ def config_from_dict(raw: dict[str, Any], default_name: str = "run") -> Config:
         )
     metrics_path = config.metrics_path or str(Path(config.output_dir) / f"metrics_{name}.csv")
     return dataclasses.replace(config, name=name, metrics_path=metrics_path)
+
+
+def _check_recurrent_algorithm(algorithm: Any, algo_params: Any) -> None:
+    """Only PPO's policies are recurrent (ADR 0018): another algorithm's ``recurrent`` is
+    refused with its way to a history, a stack of past observations.
+
+    Raises:
+        ConfigError: naming the setting.
+    """
+    if not isinstance(algo_params, dict) or "recurrent" not in algo_params:
+        return
+    if any(spec.name == "recurrent" for spec in dataclasses.fields(algorithm.params_type)):
+        return
+    raise ConfigError(
+        f"algo_params.recurrent: {algorithm.name}'s policies are not recurrent (ppo's are); "
+        "give it a history of observations with env.wrappers: [{name: FrameStackObservation, "
+        "kwargs: {stack_size: 4}}, {name: FlattenObservation}]"
+    )
 
 
 def _check_observation_parts(env: Any) -> None:

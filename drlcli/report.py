@@ -157,14 +157,27 @@ def render_export(summary: Any, console: Console) -> None:
     table.add_column("")
     table.add_row("file size", f"{summary.file_size_bytes / 1024:.1f} KiB")
     table.add_row("opset", str(summary.opset))
+    inputs = "".join(f", {name}_in" for name in summary.state_names)
+    outputs = "".join(f", {name}_out" for name in summary.state_names)
     table.add_row(
         "input / output",
-        escape("obs float32 [batch, obs_dim] -> action float32 [batch, action_dim]"),
+        escape(
+            f"obs float32 [batch, obs_dim]{inputs} -> action float32 [batch, action_dim]{outputs}"
+        ),
     )
+    if summary.state_names:
+        table.add_row(
+            "recurrent state",
+            escape(
+                "each [layers, batch, size] float32: zeros at an episode's first observation, "
+                "the previous step's outputs after that (metadata drl.recurrent)"
+            ),
+        )
     table.add_row("observation normalisation", summary.normalization)
+    compared = "steps of sequences, state fed back" if summary.state_names else "observations"
     table.add_row(
         "parity max |onnx - torch|",
-        f"{summary.max_abs_error:.2e} over {summary.parity_samples} observations",
+        f"{summary.max_abs_error:.2e} over {summary.parity_samples} {compared}",
     )
     table.add_row("onnxruntime latency, batch 1", f"{summary.latency_batch1_ms:.3f} ms (median)")
     table.add_row(

@@ -150,9 +150,8 @@ def trained(tiny_config, two_rounds):
     return copy
 
 
-@pytest.fixture(scope="session")
-def ppo_checkpoint_payload():
-    """A real PPO checkpoint payload (fresh learner, InvertedPendulum), built without Ray."""
+def fresh_ppo_payload(algo_params: dict) -> dict:
+    """A real PPO checkpoint payload of a fresh learner on InvertedPendulum, built without Ray."""
     import numpy as np
 
     from drlcli.actors.contract import declared_inference_memory
@@ -166,7 +165,7 @@ def ppo_checkpoint_payload():
     from drlcli.runtime.probe import ProbedActor
 
     config = config_from_dict(
-        {"env": {"id": "InvertedPendulum-v5"}, "algo_params": {"hidden_sizes": [8, 8]}},
+        {"env": {"id": "InvertedPendulum-v5"}, "algo_params": algo_params},
         default_name="fixture",
     )
     facts = env_facts(make_env(config.env.id))
@@ -181,6 +180,18 @@ def ppo_checkpoint_payload():
     ).to_payload()
 
 
+@pytest.fixture(scope="session")
+def ppo_checkpoint_payload():
+    """A real PPO checkpoint payload (fresh learner, InvertedPendulum), built without Ray."""
+    return fresh_ppo_payload({"hidden_sizes": [8, 8]})
+
+
+@pytest.fixture(scope="session")
+def lstm_checkpoint_payload():
+    """``ppo_checkpoint_payload`` of a recurrent policy: an LSTM of 8 units, 2 layers."""
+    return fresh_ppo_payload({"hidden_sizes": [8], "recurrent": {"size": 8, "layers": 2}})
+
+
 @pytest.fixture
 def checkpoint_file(tmp_path: Path, ppo_checkpoint_payload):
     """Save a (deep-copied, optionally modified) payload and return its path."""
@@ -188,8 +199,8 @@ def checkpoint_file(tmp_path: Path, ppo_checkpoint_payload):
 
     from drlcli.checkpoints.files import save_payload
 
-    def make(modify=None, name: str = "model.pt") -> Path:
-        payload = copy.deepcopy(ppo_checkpoint_payload)
+    def make(modify=None, name: str = "model.pt", payload: dict | None = None) -> Path:
+        payload = copy.deepcopy(ppo_checkpoint_payload if payload is None else payload)
         if modify is not None:
             modify(payload)
         return save_payload(tmp_path / name, payload)

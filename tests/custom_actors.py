@@ -171,3 +171,15 @@ class UncopyableActor(AuxLossActor):
 
 def build_uncopyable(*args: Any, **kwargs: Any) -> AuxLossActor:
     return build(*args, actor_class=UncopyableActor, **kwargs)
+
+
+class RecurrentCustomActor(GaussianPolicyActor):
+    """A foreign actor that declares a recurrent state: refused, custom actors are one-step
+    (ADR 0018 decision 5)."""
+
+    def recurrent_state_shape(self, batch: int) -> tuple[int, ...]:
+        return (1, batch, 4)
+
+
+def build_recurrent_custom_actor(obs_dim, action_dim, device="cpu"):
+    return RecurrentCustomActor(obs_dim, action_dim, [-3.0] * action_dim, [3.0] * action_dim)

@@ -153,3 +153,39 @@ def test_train_with_an_unknown_wrapper_is_one_line_before_anything_starts(tmp_pa
         "(only those are taken, by name); did you mean NormalizeObservation?"
     ]
     assert not (tmp_path / "out").exists()
+
+
+OFF_POLICY_PARAMS = {
+    "sac": "{batch_size: 16, warmup_steps: 40, hidden_sizes: [16, 16]}",
+    "flash_sac": (
+        "{batch_size: 16, warmup_steps: 40, actor_hidden_dim: 16, actor_num_blocks: 1, "
+        "critic_hidden_dim: 16, critic_num_blocks: 1, num_bins: 11}"
+    ),
+}
+
+
+@pytest.mark.usefixtures("ray_cluster")
+@pytest.mark.parametrize("algo", sorted(OFF_POLICY_PARAMS))
+def test_an_off_policy_history_is_a_frame_stack_that_trains_plays_and_exports(tmp_path, algo):
+    """SAC's and FlashSAC's way to a history (they refuse algo_params.recurrent, ADR 0018):
+    the stacked task of the refusal's message trains, plays and exports."""
+    from drlcli.checkpoints.policy import load_play_actor
+    from drlcli.evaluation import run_episodes
+    from drlcli.export import export_onnx
+    from drlcli.runtime.training import train
+    from drlcli.topology import AvailableDevices
+
+    path = tmp_path / "run.yaml"
+    path.write_text(
+        f"algo: {algo}\nenv: {{id: InvertedPendulum-v5, num_envs: 2, wrappers: "
+        "[{name: FrameStackObservation, kwargs: {stack_size: 4}}, {name: FlattenObservation}]}\n"
+        f"total_env_steps: 120\nrollout_length: 40\noutput_dir: {tmp_path / 'out'}\n"
+        f"evaluation: {{episodes: 1}}\nalgo_params: {OFF_POLICY_PARAMS[algo]}\n"
+    )
+    config = load_config(path)
+    train(config, quiet=True, devices=AvailableDevices(cuda_devices=0, mps=False))
+    policy = load_play_actor(config.checkpoint_path)
+    assert policy.facts.obs_dim == 4 * 4
+    assert len(run_episodes(policy, episodes=1, seed=0)) == 1
+    summary = export_onnx(config.checkpoint_path, tmp_path / "policy.onnx", parity_steps=50)
+    assert summary.max_abs_error <= 1e-5 and summary.state_names == ()

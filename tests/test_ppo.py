@@ -887,10 +887,11 @@ def test_rollout_actor_states_hold_their_keys_and_load_discounted_returns_as_flo
         assert set(warm) == {"actor_id", "process_id", "obs_rms_moments"}
         assert warm["process_id"] == os.getpid() and warm["actor_id"] == 0
         state = actor.state_dict()
-        keys = {"actor_id", "envs", "torch_rng", "reward_scaler", "discounted_return"}
+        keys = {"actor_id", "envs", "torch_rng", "reward_scaler", "discounted_return", "recurrent"}
         assert set(state) == keys | {"process_id"}  # the driver's, not stored
         assert state.pop("process_id") == os.getpid()
         assert state["reward_scaler"] is None  # no step taken yet
+        assert state["recurrent"] is None  # an MLP policy carries no state between steps
         state["discounted_return"] = np.array([0.1, 0.2], np.float32)
         moments = {"mean": np.array([0.5]), "var": np.array([4.0]), "count": 3.0, "abs_max": 9.0}
         state["reward_scaler"] = moments

@@ -23,7 +23,7 @@ def test_a_good_checkpoint_passes_every_check(checkpoint_file):
     report = audit_checkpoint(checkpoint_file())
     assert not report.failed
     assert all(check.status == "PASS" for check in report.checks), report.checks
-    assert report.verdict.startswith("PASS: all 16 checks passed")
+    assert report.verdict.startswith("PASS: all 17 checks passed")
 
 
 def _set_semantics(**changes):
@@ -146,12 +146,12 @@ def test_custom_builder_is_a_warning_and_is_never_imported(checkpoint_file, tmp_
 def test_cli_table_verdict_and_exit_codes(checkpoint_file, tmp_path):
     result = runner.invoke(app, ["verify", str(checkpoint_file())], env={"COLUMNS": "200"})
     assert result.exit_code == 0
-    assert "PASS: all 16 checks passed" in result.output and "finite tensors" in result.output
+    assert "PASS: all 17 checks passed" in result.output and "finite tensors" in result.output
 
     bad = checkpoint_file(_nan_weight, name="bad.pt")
     result = runner.invoke(app, ["verify", str(bad)], env={"COLUMNS": "200"})
     assert result.exit_code == 1
-    assert "FAIL: 1 of 16 checks failed" in result.output
+    assert "FAIL: 1 of 17 checks failed" in result.output
 
     garbage = tmp_path / "garbage.pt"
     garbage.write_bytes(b"\x00\x01 not a checkpoint")

@@ -14,7 +14,9 @@ Required surface (``B`` = batch, ``O`` = obs_dim, ``A`` = action_dim):
 - ``get_mean_and_std(obs) -> (mean [B, A], std [B, A])`` of the pre-transform distribution.
 - ``explore(obs, dones=None, deterministic=False) -> env actions [B, A]``; deterministic gives
   ``transform(mean)``.
-- ``as_export_module() -> nn.Module``: ``obs [B, O] -> transform(mean) [B, A]``.
+- ``as_export_module() -> nn.Module``: ``obs [B, O] -> transform(mean) [B, A]``. A recurrent
+  actor (ADR 0018: it has ``recurrent_state_shape(B)``) exports ``(obs, state) -> (actions,
+  state after the step)``, and its ``explore`` zeroes its state where ``dones`` is true.
 - ``normalize_parameters() -> None`` (a no-op where the architecture needs none); it updates
   parameters in place (``p.copy_(...)``), never replaces them (``p.data = ...``): learners may
   keep parameters as views of one flat tensor (``drlcli.flat_parameters``).
@@ -244,11 +246,13 @@ def _smoke(
             )
         _check_shape(name, "get_mean_and_std mean", mean_std[0], expected)
         _check_shape(name, "get_mean_and_std std", mean_std[1], expected)
-        dones = torch.zeros(SMOKE_BATCH, dtype=torch.bool, device=device)
-        deterministic = actor.explore(obs, dones=dones, deterministic=True)
+        # Each observation starts an episode, then goes on: a recurrent actor's explore
+        # reads a zero state first, as its export module is fed below.
+        starts = torch.ones(SMOKE_BATCH, dtype=torch.bool, device=device)
+        deterministic = actor.explore(obs, dones=starts, deterministic=True)
         _check_shape(name, "explore(deterministic=True)", deterministic, expected)
         _check_bounds(name, "explore(deterministic=True)", deterministic, bounds)
-        stochastic = actor.explore(obs, dones=dones)
+        stochastic = actor.explore(obs, dones=torch.zeros_like(starts))
         _check_shape(name, "explore(deterministic=False)", stochastic, expected)
         _check_bounds(name, "explore(deterministic=False)", stochastic, bounds)
         export_module = actor.as_export_module()
@@ -256,7 +260,7 @@ def _smoke(
             raise PolicyActorContractError(
                 f"policy actor {name}: as_export_module() must return an nn.Module"
             )
-        exported = export_module(obs)
+        exported = export_actions(actor, export_module, obs)
         _check_shape(name, "as_export_module()(obs)", exported, expected)
         _check_bounds(name, "as_export_module()(obs)", exported, bounds)
         if not torch.allclose(exported, deterministic, atol=1e-6):
@@ -266,6 +270,22 @@ def _smoke(
             )
     actor.normalize_parameters()
     declared_inference_memory(actor)
+
+
+def export_actions(actor: Any, export_module: nn.Module, obs: torch.Tensor) -> torch.Tensor:
+    """The export module's actions for ``obs`` as each episode's first observation: a
+    recurrent actor's (``recurrent_state_shape``, ADR 0018) is fed a zero state and returns
+    the state after the step too."""
+    if not hasattr(actor, "recurrent_state_shape"):
+        return export_module(obs)
+    state = torch.zeros(actor.recurrent_state_shape(len(obs)), device=obs.device)
+    result = export_module(obs, state)
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise PolicyActorContractError(
+            f"policy actor {type(actor).__name__}: a recurrent actor's as_export_module() must "
+            "return (actions, state after the step)"
+        )
+    return result[0]
 
 
 def declared_inference_memory(actor: Any) -> dict[str, int]:

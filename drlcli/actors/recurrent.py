@@ -17,9 +17,8 @@ import torch
 from torch import nn
 
 from drlcli.actors.gaussian import GaussianPolicyActor
+from drlcli.actors.recurrent_layout import CELLS, state_shape
 from drlcli.actors.spec import passes_keywords_to
-
-CELLS = ("lstm", "gru")
 
 
 class RecurrentCore(nn.Module):
@@ -40,8 +39,7 @@ class RecurrentCore(nn.Module):
 
     def state_shape(self, batch: int) -> tuple[int, ...]:
         """The shape of the state of ``batch`` sequences."""
-        shape = (self.layers, batch, self.size)
-        return (2, *shape) if self.cell == "lstm" else shape
+        return state_shape((self.cell, self.size, self.layers), batch)
 
     def initial_state(self, batch: int, device: torch.device | str = "cpu") -> torch.Tensor:
         """Zeros: the state at an episode's start."""

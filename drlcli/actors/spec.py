@@ -34,6 +34,9 @@ SEMANTICS_FIELDS = (
     "action_transform",
 )
 Builder = TypeVar("Builder", bound=Callable[..., Any])
+RECURRENT_GAUSSIAN_BUILDER = "drlcli.actors.recurrent:build_recurrent_gaussian_actor"
+"""The one builder whose actors may be recurrent (ADR 0018 decision 5): PPO's, which drl's
+rollout, learner, play and export know how to carry the state of."""
 BUILDER_PATTERN = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
 
 
@@ -172,5 +175,12 @@ def build_policy_actor(
         raise PolicyActorContractError(
             f"actor builder {spec.builder} raised {_where(error)}{error_line(error)}"
         ) from error
+    if hasattr(actor, "recurrent_state_shape") and spec.builder != RECURRENT_GAUSSIAN_BUILDER:
+        raise PolicyActorContractError(
+            f"policy actor {type(actor).__name__} from {spec.builder} is recurrent (it has "
+            "recurrent_state_shape), but custom policy actors are one-step (ADR 0018): give it "
+            "a history with env.wrappers: [{name: FrameStackObservation, kwargs: {stack_size: "
+            "4}}, {name: FlattenObservation}], or train algo: ppo with algo_params.recurrent"
+        )
     validate_policy_actor(actor, obs_dim, action_dim, action_low, action_high)
     return actor

@@ -117,6 +117,8 @@ class Algorithm:
         summary: one line for help texts.
         params_type: the frozen dataclass of its ``algo_params``.
         builtin_builder: ``"module:callable"`` of its built-in policy actor.
+        other_builtin_builders: drl's other policy actors its params may choose (PPO's
+            recurrent one): imported without ``--allow-builder`` like ``builtin_builder``.
         actor_spec: ``(params, action_low, action_high) -> ActorSpec``: the run's policy actor
             (built-in, or a custom one the params name).
         training: how it trains, which decides its round loop (``runtime/training.py``'s
@@ -136,6 +138,9 @@ class Algorithm:
             one stored learner state the config's params cannot take (layer widths; the
             networks beyond the policy actor read ``critic_dim`` observations), before
             anything starts.
+        check_resume_actor: ``(params, actor_semantics) -> problem or None``: what of the
+            checkpoint's policy actor the config's params cannot take, said in the config's
+            terms, before the semantics are compared field by field.
         resume_fixed_params: the params (attributes of ``params_type``, properties included)
             whose value a resumed run must keep: what ``check_resume`` compares (the networks
             beyond the policy actor). ``drl tune``'s population-based training, whose trials
@@ -168,7 +173,9 @@ class Algorithm:
     check_resume: Callable[[Any, dict[str, Any], int, int], str | None] = (
         lambda params, state, obs_dim, action_dim: None
     )
+    check_resume_actor: Callable[[Any, dict[str, Any]], str | None] = lambda params, semantics: None
     resume_fixed_params: tuple[str, ...] = ()
+    other_builtin_builders: tuple[str, ...] = ()
     check_actor: Callable[[Any, int, int], None] = lambda actor, obs_dim, action_dim: None
     replay_saving: Callable[[Any], bool] | None = None
     memory_needs: Callable[[Any, RunShape], list[MemoryNeed]] = lambda params, shape: []

@@ -27,7 +27,11 @@ def _registered() -> dict[str, Algorithm]:
 
 ALGORITHMS: dict[str, Algorithm] = _registered()
 DEFAULT_ALGORITHM: str = next(iter(ALGORITHMS))
-BUILTIN_BUILDERS: frozenset[str] = frozenset(a.builtin_builder for a in ALGORITHMS.values())
+BUILTIN_BUILDERS: frozenset[str] = frozenset(
+    builder
+    for algorithm in ALGORITHMS.values()
+    for builder in (algorithm.builtin_builder, *algorithm.other_builtin_builders)
+)
 """drl's own policy-actor builders: the only ones imported without the user's consent."""
 
 

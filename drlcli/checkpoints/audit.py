@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from drlcli.actors.recurrent_layout import core_of, state_record
 from drlcli.checkpoints.files import load_payload
 from drlcli.checkpoints.verified import FAIL, WARN, Check, run_checks
 
@@ -18,6 +19,8 @@ class AuditReport:
     checks: list[Check]
     # The file's actor_semantics as stored (a mapping, else None), for programs reading --json.
     actor_semantics: dict | None = None
+    # A recurrent policy's core and state layout (ADR 0018), None for a one-step one.
+    recurrent: dict | None = None
 
     @property
     def failed(self) -> bool:
@@ -39,6 +42,7 @@ class AuditReport:
                 "verdict": self.verdict,
                 "ok": not self.failed,
                 "actor_semantics": self.actor_semantics,
+                "recurrent": self.recurrent,
                 "checks": [asdict(check) for check in self.checks],
             },
             indent=2,
@@ -53,8 +57,22 @@ def audit_checkpoint(path: str | Path, payload: dict | None = None) -> AuditRepo
     checks = run_checks(payload)
     semantics = payload.get("actor_semantics")
     return AuditReport(
-        str(path), checks, _plain(semantics) if isinstance(semantics, dict) else None
+        str(path),
+        checks,
+        _plain(semantics) if isinstance(semantics, dict) else None,
+        _recurrent(payload.get("actor")),
     )
+
+
+def _recurrent(actor: Any) -> dict | None:
+    """The record of the recurrent core the actor's weights hold, or None."""
+    if not isinstance(actor, dict):
+        return None
+    try:
+        core = core_of(actor)
+    except (AttributeError, TypeError, ValueError):  # a damaged file: the checks say what
+        return None
+    return None if core is None else state_record(core)
 
 
 def _plain(value: Any) -> Any:

@@ -20,7 +20,15 @@ import torch
 
 from drlcli import __version__
 from drlcli.actors.memory import describe_memory, format_bytes, tensor_bytes
-from drlcli.actors.spec import BUILDER_PATTERN, ActorSpec
+from drlcli.actors.recurrent_layout import (
+    STATE_PARTS,
+    Core,
+    core_of,
+    core_of_kwargs,
+    describe_core,
+    state_shape,
+)
+from drlcli.actors.spec import BUILDER_PATTERN, RECURRENT_GAUSSIAN_BUILDER, ActorSpec
 from drlcli.algos.registry import actor_kind
 from drlcli.checkpoints.checks import (
     check_fits,
@@ -185,6 +193,73 @@ def _check_dims(payload: dict) -> str:
     return f"obs_dim {obs_dim}, action_dim {action_dim} match {len(stored)} actor tensors"
 
 
+def _check_recurrent(payload: dict) -> str:
+    """A recurrent policy's record (ADR 0018) against its networks: the builder's kwargs, the
+    config's ``algo_params.recurrent``, the actor's and every value network's core, and the
+    rollout states in progress."""
+    checkpoint = _record(payload)
+    semantics = _semantics(payload)
+    actor_core = core_of(checkpoint.actor)
+    configured = _configured_core(checkpoint.config)
+    if semantics["builder"] != RECURRENT_GAUSSIAN_BUILDER:
+        if actor_core is not None and actor_kind(semantics["builder"]) == "builtin":
+            raise _Failed(
+                f"the one-step builder's actor holds a recurrent core ({describe_core(actor_core)})"
+            )
+        if configured is not None:
+            raise _Failed(
+                f"the config asks for a recurrent policy ({describe_core(configured)}) but the "
+                f"actor is built by {semantics['builder']}"
+            )
+        return "none: the policy reads one observation at a time"
+    core = core_of_kwargs(semantics["kwargs"])
+    for what, other in (
+        ("the actor's weights hold", actor_core),
+        ("the config's algo_params.recurrent asks for", configured),
+    ):
+        if other != core:
+            raise _Failed(
+                f"actor_semantics.kwargs ask for {describe_core(core)}, but {what} "
+                f"{describe_core(other)}"
+            )
+    resumable = _check_recurrent_learner_states(checkpoint.learner_states, core)
+    parts = " and ".join(f"{part} [{core[2]}, batch, {core[1]}]" for part in STATE_PARTS[core[0]])
+    return f"{describe_core(core)}; state {parts}, zeros at an episode's start; {resumable}"
+
+
+def _configured_core(config: dict) -> Core | None:
+    recurrent = (config.get("algo_params") or {}).get("recurrent")
+    return None if recurrent is None else core_of_kwargs(recurrent)
+
+
+def _check_recurrent_learner_states(states: list[dict], core: Core) -> str:
+    """Each learner's value network holds ``core``, each rollout state in progress the state
+    of ``core`` for its environments."""
+    envs = 0
+    for index, state in enumerate(states):
+        value_core = core_of(state["value"])
+        if value_core != core:
+            raise _Failed(
+                f"learner_states[{index}].value holds {describe_core(value_core)}, the policy "
+                f"{describe_core(core)}"
+            )
+        for place, rollout in enumerate(state.get("rollout_actors") or []):
+            where = f"learner_states[{index}].rollout_actors[{place}]"
+            memory = rollout.get("recurrent")
+            if not isinstance(memory, dict):
+                raise _Failed(f"{where} holds no recurrent state to resume from")
+            count = len(memory["episode_starts"])
+            wanted = state_shape(core, count)
+            for name in ("policy_state", "value_state"):
+                stored = tuple(memory[name].shape)
+                if stored != wanted:
+                    raise _Failed(
+                        f"{where}.recurrent.{name} is {list(stored)}, expected {list(wanted)}"
+                    )
+            envs += count
+    return f"{len(states)} value networks alike, the states of {envs} environments in progress"
+
+
 def _check_observation_layout(payload: dict) -> str:
     env = _record(payload).env
     layout = env.facts().observation_layout
@@ -336,6 +411,7 @@ _CHECKS: list[tuple[str, Callable[[dict], str]]] = [
     ("kwargs", _check_kwargs),
     ("env module", _check_env_module),
     ("dimensions", _check_dims),
+    ("recurrent state", _check_recurrent),
     ("observation layout", _check_observation_layout),
     ("action bounds", _check_action_bounds),
     ("observation statistics", _check_obs_rms),

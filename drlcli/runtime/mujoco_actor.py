@@ -15,8 +15,10 @@ from drlcli.actors.contract import validate_on_policy_actor
 from drlcli.actors.gaussian import GaussianPolicyActor
 from drlcli.actors.spec import build_policy_actor
 from drlcli.algos.ppo.closed_form import DenseNetwork, array_view, gaussian_log_prob
-from drlcli.algos.ppo.networks import ValueNetwork
+from drlcli.algos.ppo.networks import build_value_network
 from drlcli.algos.ppo.params import PPOParams
+from drlcli.algos.ppo.rollout_memory import RolloutMemory
+from drlcli.algos.ppo.sequences import stored_state
 from drlcli.envs import EnvBatch, rollout_actor_seed
 from drlcli.normalization import (
     RewardScaler,
@@ -83,13 +85,22 @@ class MuJoCoActor(EvaluationHost):
         # A privileged critic: the policy reads its group of each observation, the value
         # network the critic's (Method.md, "Observation groups").
         self.groups = GroupReader(facts.observation_groups)
-        self.value_network = ValueNetwork(
-            facts.critic_dim, params.value_network_hidden_sizes, params.activation
+        self.value_network = build_value_network(params, facts.critic_dim)
+        # A recurrent policy's memory (ADR 0018): every env's states, carried across rounds.
+        self.memory = (
+            None
+            if params.recurrent is None
+            else RolloutMemory(
+                self.actor.recurrent_state_shape(env_config.num_envs),
+                self.value_network.core.state_shape(env_config.num_envs),
+            )
         )
         # The built-in networks run in numpy on their parameters' memory, as the learner's
         # closed-form update does (closed_form.py): a torch call per layer costs more than the
         # layer's arithmetic at this size. A custom actor runs as its own module.
-        self.dense_value = DenseNetwork.of(self.value_network.network)
+        self.dense_value = (
+            DenseNetwork.of(self.value_network.network) if self.memory is None else None
+        )
         self.dense_policy_mean = (
             DenseNetwork.of(self.actor.mean_network)
             if type(self.actor) is GaussianPolicyActor
@@ -121,7 +132,9 @@ class MuJoCoActor(EvaluationHost):
         Returns:
             ``(trajectory, stats)``. trajectory: columnar float32 arrays ``obs [N, O]``
             (normalised), ``act [N, A]`` (raw policy sample), ``logp``, ``value``, ``adv``,
-            ``ret`` ``[N]`` with ``N = rollout_length * num_envs``, time-major. stats:
+            ``ret`` ``[N]`` with ``N = rollout_length * num_envs``, time-major; a recurrent
+            policy's also ``episode_start [rollout_length, num_envs]`` (bool) and the states
+            each step read, ``policy_state`` and ``value_state`` ``[N, *state]``. stats:
             ``actor_id, process_id, episodes, episode_return_sum, episode_returns, episode_len_sum,
             obs_rms_moments`` (moments of this round's raw observations only),
             ``reward_moments`` (the reward scaler's running moments after this round, or None:
@@ -149,13 +162,22 @@ class MuJoCoActor(EvaluationHost):
         episode_returns: list[float] = []
         episode_lengths: list[int] = []
         episode_successes: list[bool] = []
+        memory = self.memory
+        if memory is not None:
+            episode_start = np.empty((steps, num_envs), dtype=bool)
+            policy_states = np.empty((steps, *stored_state(memory.policy).shape), np.float32)
+            value_states = np.empty((steps, *stored_state(memory.value).shape), np.float32)
 
         with torch.inference_mode():
             for t in range(steps):
                 raw_obs[t] = self.envs.obs
                 obs[t] = normalize_observation(self.envs.obs, rms, clip)
-                sampled, logps[t] = self._sample_actions(self.groups.policy(obs[t]))
-                values[t] = self._values(self.groups.critic(obs[t]))
+                if memory is None:
+                    sampled, logps[t] = self._sample_actions(self.groups.policy(obs[t]))
+                    values[t] = self._values(self.groups.critic(obs[t]))
+                else:
+                    episode_start[t], policy_states[t], value_states[t] = memory.begin_step()
+                    sampled, logps[t], values[t] = self._recurrent_step(obs[t], memory)
                 policy_action, env_action = prepare_action(
                     sampled, self.action_low, self.action_high
                 )
@@ -176,12 +198,16 @@ class MuJoCoActor(EvaluationHost):
                 if step.truncated.any():
                     # V(final pre-reset observation): the truncation bootstrap of compute_gae.
                     final = normalize_observation(step.final_obs[step.truncated], rms, clip)
-                    next_values[t, step.truncated] = self._values(self.groups.critic(final))
+                    next_values[t, step.truncated] = self._values(
+                        self.groups.critic(final), step.truncated
+                    )
+                if memory is not None:
+                    memory.end_step(step.terminated | step.truncated)
                 episode_returns += step.finished_returns
                 episode_lengths += step.finished_lengths
                 episode_successes += step.finished_successes
             last_obs = normalize_observation(self.envs.obs, rms, clip)
-            last_values = self._values(self.groups.critic(last_obs))
+            last_values = self._values(self.groups.critic(last_obs), next_step=True)
 
         # Where the episode went on, V(s_{t+1}) is the next step's value estimate.
         following = np.concatenate([values[1:], last_values[None]], axis=0)
@@ -198,6 +224,10 @@ class MuJoCoActor(EvaluationHost):
             "adv": advantages.reshape(count).astype(np.float32),
             "ret": returns.reshape(count).astype(np.float32),
         }
+        if memory is not None:
+            trajectory["episode_start"] = episode_start
+            trajectory["policy_state"] = policy_states.reshape(count, *policy_states.shape[2:])
+            trajectory["value_state"] = value_states.reshape(count, *value_states.shape[2:])
         stats = {
             "actor_id": self.actor_id,
             "process_id": os.getpid(),  # a changed id tells the driver the process was restarted
@@ -251,8 +281,31 @@ class MuJoCoActor(EvaluationHost):
         sampled = mean + np.exp(self.log_std) * noise
         return sampled, gaussian_log_prob(sampled, mean, self.log_std)
 
-    def _values(self, obs: np.ndarray) -> np.ndarray:
-        """``V(obs)`` ``[N]`` of normalised observations ``[N, O]`` (float32)."""
+    def _recurrent_step(
+        self, obs: np.ndarray, memory: RolloutMemory
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A recurrent policy's step of every env from normalised observations ``[n, O]`` and
+        the states ``memory.begin_step`` left: raw actions ``[n, A]``, their log-probs and
+        the values ``[n]``; the memory moves on to the states after the step."""
+        policy_obs = torch.from_numpy(self.groups.policy(obs))
+        critic_obs = torch.from_numpy(self.groups.critic(obs))
+        sampled, log_prob, memory.policy = self.actor.step(policy_obs, memory.policy)
+        values, memory.value = self.value_network.step(critic_obs, memory.value)
+        return sampled.numpy(), log_prob.numpy(), values.numpy()
+
+    def _values(
+        self, obs: np.ndarray, envs: np.ndarray | None = None, next_step: bool = False
+    ) -> np.ndarray:
+        """``V(obs)`` ``[N]`` of normalised observations ``[N, O]`` (float32). A recurrent
+        critic reads them after the step its memory last took, in the environments ``envs``
+        selects (bool ``[n]``: an episode's final observation), or as the next step
+        (``next_step``: a rollout's last observation, zero states where an episode starts);
+        its memory does not move on."""
+        if self.memory is not None:
+            state = self.memory.value_state_of_next_step() if next_step else self.memory.value
+            if envs is not None:
+                state = state[..., torch.from_numpy(envs), :]
+            return self.value_network.step(torch.from_numpy(obs), state)[0].numpy()
         if self.dense_value is None:
             return self.value_network(torch.from_numpy(obs)).numpy()
         return self.dense_value.forward(obs)[-1][:, 0]
@@ -261,10 +314,11 @@ class MuJoCoActor(EvaluationHost):
         """What the next sample depends on beyond the parameters and statistics it is given:
         the environments' episodes in progress (``EnvBatch.state_dict``), torch's generator
         (the sampling noise), the reward scaler's running moments (``reward_scaler``:
-        ``RewardScaler.state_dict()``, None where scaling is off or before any step) and each
-        env's discounted return. With it a resumed run samples what the uninterrupted one would
-        have (Method.md). ``process_id`` tells the driver a restarted process (it is not
-        stored)."""
+        ``RewardScaler.state_dict()``, None where scaling is off or before any step), each
+        env's discounted return and a recurrent policy's memory (``recurrent``:
+        ``RolloutMemory.state_dict()``, None for an MLP). With it a resumed run samples what
+        the uninterrupted one would have (Method.md). ``process_id`` tells the driver a
+        restarted process (it is not stored)."""
         scaler = self.reward_scaler
         return {
             "actor_id": self.actor_id,
@@ -273,6 +327,7 @@ class MuJoCoActor(EvaluationHost):
             "torch_rng": torch.get_rng_state(),
             "reward_scaler": None if scaler is None else scaler.state_dict(),
             "discounted_return": None if scaler is None else scaler.discounted_return.copy(),
+            "recurrent": None if self.memory is None else self.memory.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> dict[str, Any]:
@@ -293,6 +348,13 @@ class MuJoCoActor(EvaluationHost):
                 if stored.shape != self.reward_scaler.discounted_return.shape:
                     raise ValueError(f"discounted returns of shape {stored.shape}")
                 self.reward_scaler.discounted_return = stored.copy()
+            stored_memory = state.get("recurrent")
+            if (stored_memory is None) != (self.memory is None):
+                raise ValueError(
+                    "recurrent states stored" if self.memory is None else "no recurrent states"
+                )
+            if self.memory is not None:
+                self.memory.load_state_dict(stored_memory)
         except (KeyError, TypeError, ValueError, RuntimeError) as error:
             raise CheckpointError(
                 f"rollout actor {self.actor_id}'s stored state does not fit it ({error})"

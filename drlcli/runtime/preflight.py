@@ -167,6 +167,11 @@ def load_for_resume(
     is missing (the run was stopped during it): the resumed run evaluates it and ends.
     """
     checkpoint = read_verified_checkpoint(path)
+    problem = checkpoint.algorithm.check_resume_actor(
+        config.algo_params, checkpoint.actor_semantics
+    )
+    if problem is not None:
+        raise ConfigError(f"{path}: cannot resume: {problem}")
     validate_actor_semantics(checkpoint.actor_semantics, semantics, source=str(path))
     check_fits(checkpoint, facts, str(path), config=config)
     validate_learner_states(checkpoint.learner_states, checkpoint.algorithm, source=str(path))

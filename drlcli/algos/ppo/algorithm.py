@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from drlcli.actors.spec import ActorSpec
+from drlcli.actors.recurrent_layout import core_of, core_of_kwargs, describe_core
+from drlcli.actors.spec import RECURRENT_GAUSSIAN_BUILDER, ActorSpec
 from drlcli.algos.entry_types import Algorithm, MemoryNeed, PPORounds, RunShape
 from drlcli.algos.ppo.params import PPOParams
 from drlcli.normalization import reward_scaler_state_problem
@@ -16,16 +17,21 @@ GAUSSIAN_BUILDER = "drlcli.actors.gaussian:build_gaussian_actor"
 def gaussian_actor_spec(
     params: PPOParams, action_low: Sequence[float], action_high: Sequence[float]
 ) -> ActorSpec:
-    """The spec of the built-in PPO policy actor for an environment's action bounds."""
+    """The spec of the built-in PPO policy actor for an environment's action bounds: the
+    recurrent one (its core's cell, size and layers in the kwargs) with ``recurrent``."""
+    kwargs: dict[str, Any] = {
+        "action_low": [float(x) for x in action_low],
+        "action_high": [float(x) for x in action_high],
+        "hidden_sizes": list(params.hidden_sizes),
+        "activation": params.activation,
+        "init_log_std": params.init_log_std,
+    }
+    if params.recurrent is None:
+        return ActorSpec(GAUSSIAN_BUILDER, kwargs)
+    core = params.recurrent
     return ActorSpec(
-        GAUSSIAN_BUILDER,
-        {
-            "action_low": [float(x) for x in action_low],
-            "action_high": [float(x) for x in action_high],
-            "hidden_sizes": list(params.hidden_sizes),
-            "activation": params.activation,
-            "init_log_std": params.init_log_std,
-        },
+        RECURRENT_GAUSSIAN_BUILDER,
+        {**kwargs, "cell": core.cell, "size": core.size, "layers": core.layers},
     )
 
 
@@ -77,7 +83,19 @@ def value_network_problem(
     value = state["value"]
     if not isinstance(value, dict) or not all(hasattr(t, "shape") for t in value.values()):
         return "its value network is not a state dict of tensors; the file is damaged"
-    weights = [tensor for name, tensor in value.items() if str(name).endswith("weight")]
+    stored_core = core_of(value)
+    wanted_core = params.recurrent_core
+    if stored_core != wanted_core:
+        return (
+            f"its value network's recurrent core is {describe_core(stored_core)}, the config "
+            f"builds {describe_core(wanted_core)} (algo_params.recurrent): resume with the "
+            "recurrent settings it was trained with"
+        )
+    weights = [
+        tensor
+        for name, tensor in value.items()
+        if str(name).startswith("network.") and str(name).endswith("weight")
+    ]
     stored = [int(weight.shape[0]) for weight in weights[:-1]]
     wanted = list(params.value_network_hidden_sizes)
     if stored == wanted:
@@ -86,6 +104,19 @@ def value_network_problem(
         f"its value network has hidden layers {stored}, the config builds {wanted} "
         "(algo_params.value_hidden_sizes, else hidden_sizes): resume with the widths it was "
         "trained with"
+    )
+
+
+def recurrent_policy_problem(params: PPOParams, semantics: dict[str, Any]) -> str | None:
+    """Whether the checkpoint's policy has the recurrent core ``params`` build (ADR 0018)."""
+    recurrent = semantics.get("builder") == RECURRENT_GAUSSIAN_BUILDER
+    stored = core_of_kwargs(semantics.get("kwargs") or {}) if recurrent else None
+    if stored == params.recurrent_core:
+        return None
+    return (
+        f"its policy's recurrent core is {describe_core(stored)}, the config builds "
+        f"{describe_core(params.recurrent_core)} (algo_params.recurrent): resume with the "
+        "recurrent settings it was trained with, or start a new run"
     )
 
 
@@ -102,6 +133,10 @@ def ppo_memory_needs(params: PPOParams, shape: RunShape) -> list[MemoryNeed]:
     per-epoch shuffled copy."""
     o, a = shape.obs_dim, shape.action_dim
     per_step = (12 * o + 4 * a + 58) + 3 * (4 * o + 4 * a + 16)
+    if params.recurrent is not None:  # the state each step read, of both cores, float32
+        core = params.recurrent
+        state_floats = (2 if core.cell == "lstm" else 1) * core.layers * core.size
+        per_step += 2 * 4 * state_floats * 4  # stored, sent, chunked, shuffled
     steps = shape.rollout_length * shape.num_envs * shape.num_actors
     return [
         MemoryNeed(f"a round's rollout ({steps} env steps)", per_step * steps, "rollout_length")
@@ -113,6 +148,8 @@ PPO = Algorithm(
     summary="PPO (Schulman et al. 2017), on-policy, learners averaged every param_sync_interval",
     params_type=PPOParams,
     builtin_builder=GAUSSIAN_BUILDER,
+    other_builtin_builders=(RECURRENT_GAUSSIAN_BUILDER,),
+    check_resume_actor=recurrent_policy_problem,
     actor_spec=gaussian_actor_spec,
     training=PPORounds(),
     learner_state_keys=("actor", "value", "optimizer", "shuffle_generator"),
@@ -133,7 +170,7 @@ PPO = Algorithm(
     ),
     check_learner_state=learner_state_problem,
     check_resume=value_network_problem,
-    resume_fixed_params=("value_network_hidden_sizes",),
+    resume_fixed_params=("value_network_hidden_sizes", "recurrent_core"),
     check_actor=check_actor,
     memory_needs=ppo_memory_needs,
 )

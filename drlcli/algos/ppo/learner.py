@@ -20,8 +20,14 @@ from drlcli.actors.contract import validate_on_policy_actor
 from drlcli.actors.spec import ActorSpec, build_policy_actor
 from drlcli.algos.ppo.buffer import ReplayBuffer
 from drlcli.algos.ppo.closed_form import ClosedFormGradients
-from drlcli.algos.ppo.networks import ValueNetwork
+from drlcli.algos.ppo.networks import build_value_network
 from drlcli.algos.ppo.params import PPOParams
+from drlcli.algos.ppo.sequences import (
+    chunk_trajectory,
+    core_state,
+    masked_mean,
+    standardize_masked,
+)
 from drlcli.errors import CheckpointError, PolicyActorContractError, TrainingError
 from drlcli.flat_parameters import FlatParameters, check_flat_optimizer_state
 from drlcli.observations import GroupReader, ObservationGroups
@@ -40,33 +46,39 @@ def ppo_loss(
     advantages: torch.Tensor,
     returns: torch.Tensor,
     params: PPOParams,
+    mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The PPO objective of one minibatch, negated for gradient descent (CleanRL's names).
 
     Every tensor is ``[B]``: the policy's log-prob and entropy of the stored actions now, the
     value now, the log-prob and value at sampling time, the (already normalised) advantages
-    and the value targets.
+    and the value targets. A recurrent policy's are ``[L, C]`` chunks, with ``mask`` (bool,
+    the same shape) true on real steps: the means are over those alone.
 
     Returns:
         ``(loss, stats)``: ``loss = pg_loss + vf_coef * v_loss - ent_coef * entropy_loss``;
-        stats ``pg_loss``, ``v_loss``, ``entropy_loss`` (0-dim) and ``logratio`` ``[B]``
-        (detached), from which the caller measures the approximate KL.
+        stats ``pg_loss``, ``v_loss``, ``entropy_loss`` (0-dim) and ``logratio`` (detached,
+        of the real steps), from which the caller measures the approximate KL.
     """
+
+    def mean(values: torch.Tensor) -> torch.Tensor:
+        return values.mean() if mask is None else masked_mean(values, mask)
+
     logratio = new_logprob - old_logprob
     ratio = logratio.exp()
     pg_loss1 = -advantages * ratio
     pg_loss2 = -advantages * torch.clamp(ratio, 1 - params.clip_coef, 1 + params.clip_coef)
-    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+    pg_loss = mean(torch.max(pg_loss1, pg_loss2))
     v_loss_unclipped = (new_value - returns) ** 2
     if params.clip_value_loss:
         v_clipped = old_value + torch.clamp(
             new_value - old_value, -params.clip_coef, params.clip_coef
         )
         v_loss_clipped = (v_clipped - returns) ** 2
-        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+        v_loss = 0.5 * mean(torch.max(v_loss_unclipped, v_loss_clipped))
     else:
-        v_loss = 0.5 * v_loss_unclipped.mean()
-    entropy_loss = entropy.mean()
+        v_loss = 0.5 * mean(v_loss_unclipped)
+    entropy_loss = mean(entropy)
     loss = pg_loss + params.vf_coef * v_loss
     if params.ent_coef:  # a zero coefficient would only add backward work
         loss = loss - params.ent_coef * entropy_loss
@@ -74,7 +86,7 @@ def ppo_loss(
         "pg_loss": pg_loss.detach(),
         "v_loss": v_loss.detach(),
         "entropy_loss": entropy_loss.detach(),
-        "logratio": logratio.detach(),
+        "logratio": (logratio if mask is None else logratio[mask]).detach(),
     }
     return loss, stats
 
@@ -151,9 +163,7 @@ class Learner:
         policy_dim, critic_dim = self.groups.widths(obs_dim)
         self.actor = build_policy_actor(actor_spec, policy_dim, action_dim, self.device)
         validate_on_policy_actor(self.actor, policy_dim)
-        self.value_network = ValueNetwork(
-            critic_dim, params.value_network_hidden_sizes, params.activation
-        ).to(self.device)
+        self.value_network = build_value_network(params, critic_dim).to(self.device)
         # Small networks make each minibatch step overhead-bound: with all parameters in one
         # flat tensor, zeroing, global gradient clipping and the (fused) Adam step are one
         # kernel each instead of one per parameter tensor.
@@ -224,8 +234,12 @@ class Learner:
     # --- training --------------------------------------------------------------------------
 
     def add(self, *trajectories: dict[str, np.ndarray]) -> int:
-        """Add rollout actors' trajectories to the on-policy buffer; returns its size."""
+        """Add rollout actors' trajectories to the on-policy buffer (a recurrent policy's cut
+        into chunks, ``sequences.chunk_trajectory``); returns its rows (samples, or chunks)."""
+        recurrent = self.params.recurrent
         for trajectory in trajectories:
+            if recurrent is not None:
+                trajectory = chunk_trajectory(trajectory, recurrent.sequence_length)
             self.buffer.add(trajectory)
         return len(self.buffer)
 
@@ -243,22 +257,49 @@ class Learner:
         """
         if self.closed_form is not None:
             return self.closed_form.compute(**minibatch, params=self.params)
-        new_logprob, entropy = self.actor.log_prob_and_entropy(
-            minibatch["obs"], minibatch["actions"]
-        )
+        mask = minibatch.get("mask")
+        if mask is not None:  # whole chunks [C, L, ...]: the cores read them time-major
+            minibatch = {name: time_major(name, column) for name, column in minibatch.items()}
+            mask = minibatch["mask"]
+        new_logprob, entropy, new_value = self.evaluate_actions(minibatch)
         loss, stats = ppo_loss(
             new_logprob=new_logprob,
             entropy=entropy,
-            new_value=self.value_network(minibatch.get("value_obs", minibatch["obs"])),
+            new_value=new_value,
             old_logprob=minibatch["old_logprob"],
             old_value=minibatch["old_value"],
             advantages=minibatch["advantages"],
             returns=minibatch["returns"],
             params=self.params,
+            mask=mask,
         )
         self.flat.zero_grad()
         loss.backward()
         return stats
+
+    def evaluate_actions(
+        self, columns: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The policy's log-prob and entropy of the stored actions and the values, now.
+
+        Args:
+            columns: ``obs``, ``actions`` (``value_obs`` where a privileged critic reads
+                its own), ``[B, ...]``; a recurrent policy's chunks time-major ``[L, C, ...]``
+                with ``policy_state`` and ``value_state`` ``[C, *state]``, the states the
+                rollout's cores read at each chunk's first step.
+
+        Returns:
+            ``(log_prob, entropy, value)``, each ``[B]`` (a recurrent policy's ``[L, C]``).
+        """
+        obs, value_obs = columns["obs"], columns.get("value_obs", columns["obs"])
+        if "policy_state" not in columns:
+            new_logprob, entropy = self.actor.log_prob_and_entropy(obs, columns["actions"])
+            return new_logprob, entropy, self.value_network(value_obs)
+        new_logprob, entropy = self.actor.sequence_log_prob_and_entropy(
+            obs, columns["actions"], core_state(columns["policy_state"])
+        )
+        value = self.value_network(value_obs, core_state(columns["value_state"]))
+        return new_logprob, entropy, value
 
     def train_step(
         self, fraction_done: float | None = None
@@ -275,41 +316,18 @@ class Learner:
             clear.
         """
         p = self.params
-        data = {k: torch.as_tensor(v, device=self.device) for k, v in self.buffer.data().items()}
-        buffer_size = len(data["obs"])
-        self.buffer.clear()
-        obs, value_obs = self.groups.policy(data["obs"]), self.groups.critic(data["obs"])
-        actions, logp_old = data["act"], data["logp"]
-        values_old, returns = data["value"], data["ret"]
-        advantages = data["adv"]
-        if p.normalize_advantages and buffer_size > 1:
-            advantages = standardize_advantages(advantages)
-
-        if fraction_done is None:
-            if self.clock is None:
-                raise TypeError("train_step: a learner built without a plan needs fraction_done")
-            fraction_done = self.clock.fraction_done()
-            self.clock.advance()
-        learning_rate = self.learning_rate(fraction_done)
-        for group in self.optimizer.param_groups:
-            group["lr"] = learning_rate
-        minibatch_size = max(1, buffer_size // p.num_minibatches)
+        columns = self._round_columns()
+        mask = columns.get("mask")  # a recurrent policy's chunks: their real steps
+        rows = len(columns["obs"])  # samples, or a recurrent policy's chunks
+        buffer_size = rows if mask is None else int(mask.sum())
+        learning_rate = self._set_learning_rate(fraction_done)
+        minibatch_size = max(1, rows // p.num_minibatches)
+        num_minibatches = rows // minibatch_size  # a remainder is left out
         stat_rows = []  # per minibatch: policy loss, value loss, entropy, gradient norm
         epochs_done = 0
         stop = False
-        num_minibatches = buffer_size // minibatch_size  # a remainder is left out
-        columns = {
-            "obs": obs,
-            "actions": actions,
-            "old_logprob": logp_old,
-            "old_value": values_old,
-            "advantages": advantages,
-            "returns": returns,
-        }
-        if value_obs is not obs:  # a privileged critic: its own observations
-            columns["value_obs"] = value_obs
         for _epoch in range(p.num_epochs):
-            order = torch.randperm(buffer_size, generator=self.shuffle_generator).to(self.device)
+            order = torch.randperm(rows, generator=self.shuffle_generator).to(self.device)
             # One gather per column and epoch; closed form reads numpy views of them.
             shuffled = {name: column[order] for name, column in columns.items()}
             if self.closed_form is not None:
@@ -335,6 +353,69 @@ class Learner:
             if stop:
                 break
 
+        metrics = self._round_metrics(columns, stat_rows)
+        metrics |= {
+            "learning_rate": learning_rate,
+            "epochs": float(epochs_done),
+            "buffer_size": float(buffer_size),
+        }
+        return self.network_state(), metrics
+
+    def _round_columns(self) -> dict[str, torch.Tensor]:
+        """The buffer's round as the update reads it, the buffer cleared: ``obs`` (the
+        policy's), ``value_obs`` (a privileged critic's own), ``actions, old_logprob,
+        old_value, returns`` and ``advantages`` (standardised over the round's real samples
+        with ``normalize_advantages``); a recurrent policy's chunks add ``mask`` and their
+        first steps' ``policy_state`` and ``value_state``."""
+        data = {k: torch.as_tensor(v, device=self.device) for k, v in self.buffer.data().items()}
+        self.buffer.clear()
+        mask = data.get("mask")
+        advantages = data["adv"]
+        if self.params.normalize_advantages and (mask is None and len(advantages) > 1):
+            advantages = standardize_advantages(advantages)
+        elif self.params.normalize_advantages and mask is not None and mask.sum() > 1:
+            advantages = standardize_masked(advantages, mask)
+        obs = self.groups.policy(data["obs"])
+        columns = {
+            "obs": obs,
+            "actions": data["act"],
+            "old_logprob": data["logp"],
+            "old_value": data["value"],
+            "advantages": advantages,
+            "returns": data["ret"],
+        }
+        value_obs = self.groups.critic(data["obs"])
+        if value_obs is not obs:  # a privileged critic: its own observations
+            columns["value_obs"] = value_obs
+        for name in ("mask", "policy_state", "value_state"):
+            if name in data:
+                columns[name] = data[name]
+        return columns
+
+    def _set_learning_rate(self, fraction_done: float | None) -> float:
+        """Set and return the round's step size (``learning_rate``) at ``fraction_done``, or
+        at the learner's own clock, which then moves on one round."""
+        if fraction_done is None:
+            if self.clock is None:
+                raise TypeError("train_step: a learner built without a plan needs fraction_done")
+            fraction_done = self.clock.fraction_done()
+            self.clock.advance()
+        learning_rate = self.learning_rate(fraction_done)
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate
+        return learning_rate
+
+    def _round_metrics(
+        self, columns: dict[str, torch.Tensor], stat_rows: list[tuple[Any, ...]]
+    ) -> dict[str, float]:
+        """The round's diagnostics after its update: the minibatch means of the losses and
+        gradient norm, and on all its (real) samples how far the policy moved (approximate KL,
+        clip fraction) and how well the values explain the returns.
+
+        Raises:
+            PolicyActorContractError: the actor replaced a parameter during the update.
+            TrainingError: a mean is not finite.
+        """
         if not self.flat.check_views():
             raise PolicyActorContractError(
                 "the policy actor replaced a parameter tensor or its gradient during the update "
@@ -351,28 +432,37 @@ class Learner:
                 f"the PPO update's {', '.join(non_finite)} (mean over minibatches) is not finite; "
                 "lower algo_params.learning_rate or check the environment's rewards"
             )
+        mask = columns.get("mask")
         with torch.no_grad():  # how far the round's update moved the policy, on all its data
-            new_logprob, _ = self.actor.log_prob_and_entropy(obs, actions)
-            logratio = new_logprob - logp_old
+            if mask is None:
+                new_logprob, _, predicted = self.evaluate_actions(columns)
+                old_logprob, returns = columns["old_logprob"], columns["returns"]
+            else:
+                steps = {name: time_major(name, column) for name, column in columns.items()}
+                real = steps["mask"]
+                new_logprob, _, predicted = self.evaluate_actions(steps)
+                new_logprob, predicted = new_logprob[real], predicted[real]
+                old_logprob, returns = steps["old_logprob"][real], steps["returns"][real]
+            logratio = new_logprob - old_logprob
             kl = approx_kl(logratio)
-            clip_fraction = ((logratio.exp() - 1).abs() > p.clip_coef).float().mean().item()
-            predicted = self.value_network(value_obs)
+            clip_fraction = ((logratio.exp() - 1).abs() > self.params.clip_coef).float().mean()
             residual_var = torch.var(returns - predicted)
             returns_var = torch.var(returns)
             explained = (1 - residual_var / returns_var).item() if returns_var > 0 else float("nan")
-        metrics = {
+        return {
             "Loss/policy": means[0],
             "Loss/value": means[1],
             "Loss/entropy": means[2],
             "approx_kl": kl,
-            "clip_fraction": clip_fraction,
+            "clip_fraction": clip_fraction.item(),
             "grad_norm": means[3],
             "explained_variance": explained,
-            "learning_rate": learning_rate,
-            "epochs": float(epochs_done),
-            "buffer_size": float(buffer_size),
         }
-        return self.network_state(), metrics
+
+
+def time_major(name: str, column: torch.Tensor) -> torch.Tensor:
+    """A chunked column ``[C, L, ...]`` as ``[L, C, ...]``; the chunks' states stay ``[C, ...]``."""
+    return column if name in ("policy_state", "value_state") else column.transpose(0, 1)
 
 
 def build_ppo_learner(context: LearnerContext) -> Learner:

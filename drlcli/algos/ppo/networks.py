@@ -10,6 +10,7 @@ from torch import nn
 
 from drlcli.actors.gaussian import mlp
 from drlcli.actors.recurrent import RecurrentCore
+from drlcli.algos.ppo.params import PPOParams
 
 
 class ValueNetwork(nn.Module):
@@ -53,3 +54,13 @@ class RecurrentValueNetwork(nn.Module):
         """Values ``[L, C]`` of chunks ``obs [L, C, O]``, each read from ``state``."""
         features, _ = self.core.sequence(obs, state)
         return self.network(features).squeeze(-1)
+
+
+def build_value_network(params: PPOParams, critic_dim: int) -> nn.Module:
+    """PPO's value network over ``critic_dim`` observations: the MLP of
+    ``value_network_hidden_sizes``, behind its own recurrent core with ``recurrent``."""
+    hidden_sizes = params.value_network_hidden_sizes
+    if params.recurrent is None:
+        return ValueNetwork(critic_dim, hidden_sizes, params.activation)
+    cell, size, layers = params.recurrent.core
+    return RecurrentValueNetwork(critic_dim, cell, size, layers, hidden_sizes, params.activation)

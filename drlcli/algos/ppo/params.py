@@ -8,8 +8,32 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from drlcli.actors.recurrent_layout import CELLS
 from drlcli.config_fields import in_range, one_of, positive
 from drlcli.normalization import DEFAULT_OBSERVATION_CLIP
+
+
+@dataclass(frozen=True)
+class RecurrentParams:
+    """A recurrent core in the policy and in the value network (``algo_params.recurrent``;
+    ADR 0018): each network reads its observations through its own LSTM or GRU, after
+    observation normalisation and before its MLP head."""
+
+    cell: str = field(default="lstm", metadata=one_of(*CELLS))
+    """``lstm`` or ``gru``."""
+    size: int = field(default=128, metadata=positive())
+    """Units of each recurrent layer (the width its MLP head reads)."""
+    layers: int = field(default=1, metadata=positive())
+    """Stacked recurrent layers."""
+    sequence_length: int = field(default=32, metadata=positive())
+    """Steps of the chunks training reads (truncated back-propagation through time): each
+    environment's rollout is cut where an episode starts and every ``sequence_length`` steps;
+    minibatches are whole chunks."""
+
+    @property
+    def core(self) -> tuple[str, int, int]:
+        """``(cell, size, layers)``: what the networks' weights depend on."""
+        return (self.cell, self.size, self.layers)
 
 
 @dataclass(frozen=True)
@@ -60,8 +84,16 @@ class PPOParams:
     """Divide rewards by the running std of the discounted return (per rollout actor)."""
     reward_clip: float = field(default=10.0, metadata=in_range(0.0, low_open=True))
     """Clip of scaled rewards."""
+    recurrent: RecurrentParams | None = None
+    """``{cell, size, layers, sequence_length}``: policies with memory (an LSTM or GRU in
+    the policy and in the value network, ADR 0018); null: the MLP policy."""
 
     @property
     def value_network_hidden_sizes(self) -> tuple[int, ...]:
         """The value network's hidden widths: ``value_hidden_sizes``, else ``hidden_sizes``."""
         return self.hidden_sizes if self.value_hidden_sizes is None else self.value_hidden_sizes
+
+    @property
+    def recurrent_core(self) -> tuple[str, int, int] | None:
+        """The recurrent cores' ``(cell, size, layers)``, None for MLPs."""
+        return None if self.recurrent is None else self.recurrent.core

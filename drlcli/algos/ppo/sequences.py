@@ -27,7 +27,7 @@ class Chunks:
 
     Attributes:
         index: ``[C, L]`` flat time-major step indices of each chunk's steps, padded with the
-            chunk's first index (``mask`` says which are real).
+            chunk's first index (``mask`` says which are real); ``L = min(T, max_length)``.
         mask: ``[C, L]`` bool, True on real steps.
         first: ``[C]`` the flat index of each chunk's first step: where the stored state
             (the state before that step) is read.
@@ -63,7 +63,7 @@ def cut_into_chunks(episode_starts: np.ndarray, max_length: int) -> Chunks:
             for chunk_begin in range(begin, end, max_length):
                 times = np.arange(chunk_begin, min(chunk_begin + max_length, end))
                 pieces.append(times * envs + env)
-    length = max(len(piece) for piece in pieces)
+    length = min(steps, max_length)  # one width for every rollout of T steps
     index = np.empty((len(pieces), length), dtype=np.int64)
     mask = np.zeros((len(pieces), length), dtype=bool)
     for row, piece in enumerate(pieces):
@@ -71,6 +71,42 @@ def cut_into_chunks(episode_starts: np.ndarray, max_length: int) -> Chunks:
         index[row, len(piece) :] = piece[0]
         mask[row, : len(piece)] = True
     return Chunks(index, mask, index[:, 0].copy())
+
+
+def chunk_trajectory(trajectory: dict[str, np.ndarray], max_length: int) -> dict[str, np.ndarray]:
+    """One rollout actor's trajectory as the learner reads it: whole chunks.
+
+    Args:
+        trajectory: ``MuJoCoActor.sample``'s recurrent trajectory: time-major columns
+            ``[N, ...]`` (``N = T * num_envs``), with ``episode_start [T, num_envs]`` and the
+            state each step read, ``policy_state`` and ``value_state`` ``[N, *state]``.
+        max_length: ``recurrent.sequence_length``.
+
+    Returns:
+        Every other column as ``[C, L, ...]`` (padding repeats the chunk's first step),
+        ``mask [C, L]`` and each chunk's first step's states ``[C, *state]``.
+    """
+    chunks = cut_into_chunks(trajectory["episode_start"], max_length)
+    chunked = {
+        key: column[chunks.index]
+        for key, column in trajectory.items()
+        if key not in ("episode_start", "policy_state", "value_state")
+    }
+    chunked["mask"] = chunks.mask
+    chunked["policy_state"] = trajectory["policy_state"][chunks.first]
+    chunked["value_state"] = trajectory["value_state"][chunks.first]
+    return chunked
+
+
+def core_state(stored: torch.Tensor) -> torch.Tensor:
+    """Stored per-sequence states ``[C, *state]`` (``*state``: ``[layers, size]``, an LSTM's
+    ``[2, layers, size]``) in ``RecurrentCore``'s layout, the batch axis second to last."""
+    return stored.movedim(0, -2).contiguous()
+
+
+def stored_state(state: torch.Tensor) -> torch.Tensor:
+    """``core_state``'s inverse: a core's state of ``B`` environments as ``[B, *state]``."""
+    return state.movedim(-2, 0)
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
