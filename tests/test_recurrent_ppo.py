@@ -528,3 +528,27 @@ def test_the_onnx_graph_carries_the_state_and_drives_an_episode_like_play(
             break
     env.close()
     assert steps > 1 and np.abs(state[0]).max() > 0
+
+
+@pytest.mark.parametrize(("cell", "layers"), [("lstm", 1), ("lstm", 2), ("gru", 1), ("gru", 2)])
+def test_the_rollouts_numpy_cell_is_torchs_cell(cell, layers):
+    """The rollout actor steps the cores in numpy on the parameters' memory
+    (``DenseRecurrentCore``): torch's ``nn.LSTM``/``nn.GRU`` step to float32 rounding, and it
+    sees an in-place update of the weights."""
+    from drlcli.actors.recurrent import RecurrentCore
+    from drlcli.algos.ppo.dense_recurrent import DenseRecurrentCore
+
+    torch.manual_seed(7)
+    core = RecurrentCore(cell, 5, 16, layers)
+    dense = DenseRecurrentCore.of(core)
+    features = torch.randn(6, 5) * 3.0
+    state = torch.randn(core.state_shape(6))
+    for _ in range(2):
+        with torch.no_grad():
+            expected_output, expected_state = core.step(features, state)
+        output, after = dense.step(features.numpy(), state.numpy())
+        np.testing.assert_allclose(output, expected_output.numpy(), rtol=0, atol=2e-6)
+        np.testing.assert_allclose(after, expected_state.numpy(), rtol=0, atol=2e-6)
+        with torch.no_grad():  # an optimiser step writes in place: the views see it
+            for parameter in core.parameters():
+                parameter.add_(0.05)

@@ -13,8 +13,10 @@ import torch
 
 from drlcli.actors.contract import validate_on_policy_actor
 from drlcli.actors.gaussian import GaussianPolicyActor
+from drlcli.actors.recurrent import RecurrentGaussianPolicyActor
 from drlcli.actors.spec import build_policy_actor
 from drlcli.algos.ppo.closed_form import DenseNetwork, array_view, gaussian_log_prob
+from drlcli.algos.ppo.dense_recurrent import DenseRecurrentCore
 from drlcli.algos.ppo.networks import build_value_network
 from drlcli.algos.ppo.params import PPOParams
 from drlcli.algos.ppo.rollout_memory import RolloutMemory
@@ -97,15 +99,15 @@ class MuJoCoActor(EvaluationHost):
         )
         # The built-in networks run in numpy on their parameters' memory, as the learner's
         # closed-form update does (closed_form.py): a torch call per layer costs more than the
-        # layer's arithmetic at this size. A custom actor runs as its own module.
-        self.dense_value = (
-            DenseNetwork.of(self.value_network.network) if self.memory is None else None
-        )
-        self.dense_policy_mean = (
-            DenseNetwork.of(self.actor.mean_network)
-            if type(self.actor) is GaussianPolicyActor
-            else None
-        )
+        # layer's arithmetic at this size. A custom actor runs as its own module. A recurrent
+        # policy's cores step in numpy too (dense_recurrent.py); their MLP heads are these.
+        self.dense_value = DenseNetwork.of(self.value_network.network)
+        builtin = type(self.actor) in (GaussianPolicyActor, RecurrentGaussianPolicyActor)
+        self.dense_policy_mean = DenseNetwork.of(self.actor.mean_network) if builtin else None
+        self.dense_policy_core = self.dense_value_core = None
+        if self.memory is not None:  # the built-in recurrent actor (ADR 0018 decision 5)
+            self.dense_policy_core = DenseRecurrentCore.of(self.actor.core)
+            self.dense_value_core = DenseRecurrentCore.of(self.value_network.core)
         if self.dense_policy_mean is not None:
             self.log_std = array_view(self.actor.log_std)  # load_state_dict writes in place
         self.reward_scaler = (
@@ -275,7 +277,10 @@ class MuJoCoActor(EvaluationHost):
         if self.dense_policy_mean is None:
             sampled, info = self.actor(torch.from_numpy(obs), training=False)
             return sampled.numpy(), info["log_prob"].numpy()
-        mean = self.dense_policy_mean.forward(obs)[-1]
+        return self._sample_around(self.dense_policy_mean.forward(obs)[-1])
+
+    def _sample_around(self, mean: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``mean + exp(log_std) * noise`` ``[N, A]`` and its log-probabilities ``[N]``."""
         # torch's generator, as the module's randn_like(mean) would draw: the same noise.
         noise = torch.randn(mean.shape).numpy()
         sampled = mean + np.exp(self.log_std) * noise
@@ -287,11 +292,21 @@ class MuJoCoActor(EvaluationHost):
         """A recurrent policy's step of every env from normalised observations ``[n, O]`` and
         the states ``memory.begin_step`` left: raw actions ``[n, A]``, their log-probs and
         the values ``[n]``; the memory moves on to the states after the step."""
-        policy_obs = torch.from_numpy(self.groups.policy(obs))
-        critic_obs = torch.from_numpy(self.groups.critic(obs))
-        sampled, log_prob, memory.policy = self.actor.step(policy_obs, memory.policy)
-        values, memory.value = self.value_network.step(critic_obs, memory.value)
-        return sampled.numpy(), log_prob.numpy(), values.numpy()
+        features, policy_state = self.dense_policy_core.step(
+            self.groups.policy(obs), memory.policy.numpy()
+        )
+        sampled, log_prob = self._sample_around(self.dense_policy_mean.forward(features)[-1])
+        values, value_state = self._recurrent_values(self.groups.critic(obs), memory.value)
+        memory.policy, memory.value = torch.from_numpy(policy_state), torch.from_numpy(value_state)
+        return sampled, log_prob, values
+
+    def _recurrent_values(
+        self, obs: np.ndarray, state: torch.Tensor
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The recurrent critic's values ``[n]`` of ``obs [n, O]`` read from ``state``, and
+        the state after that step."""
+        features, after = self.dense_value_core.step(obs, state.numpy())
+        return self.dense_value.forward(features)[-1][:, 0], after
 
     def _values(
         self, obs: np.ndarray, envs: np.ndarray | None = None, next_step: bool = False
@@ -305,7 +320,7 @@ class MuJoCoActor(EvaluationHost):
             state = self.memory.value_state_of_next_step() if next_step else self.memory.value
             if envs is not None:
                 state = state[..., torch.from_numpy(envs), :]
-            return self.value_network.step(torch.from_numpy(obs), state)[0].numpy()
+            return self._recurrent_values(obs, state)[0]
         if self.dense_value is None:
             return self.value_network(torch.from_numpy(obs)).numpy()
         return self.dense_value.forward(obs)[-1][:, 0]

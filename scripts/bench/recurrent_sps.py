@@ -34,8 +34,8 @@ from drlcli.runtime.training import train
 POSITIONS = ["0:2"]
 
 
-def drl_config(folder: Path, name: str, cell: str | None, steps: int, seed: int):
-    algo_params = {"num_epochs": 10, "num_minibatches": 32, "hidden_sizes": [64, 64]}
+def drl_config(folder: Path, name: str, cell: str | None, steps: int, seed: int, minibatches: int):
+    algo_params = {"num_epochs": 10, "num_minibatches": minibatches, "hidden_sizes": [64, 64]}
     if cell is not None:
         algo_params["recurrent"] = {"cell": cell, "size": 64, "sequence_length": 32}
     return config_from_dict(
@@ -123,6 +123,12 @@ def main() -> None:
     parser.add_argument("--sb3-steps", type=int, default=6144, help="SB3 env steps per run")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--cell", choices=["lstm", "gru"], default="lstm")
+    parser.add_argument(
+        "--num-minibatches",
+        type=int,
+        default=32,
+        help="both drl runs' (32: the quickstart's; the recurrent presets train with 4)",
+    )
     parser.add_argument("--sb3", action="store_true", help="also SB3's PPO and RecurrentPPO")
     args = parser.parse_args()
     rates: dict[str, list[float]] = {}
@@ -130,10 +136,19 @@ def main() -> None:
         for repeat in range(args.repeats):
             row = {
                 "drl MLP": drl_steady_sps(
-                    drl_config(Path(folder), f"mlp{repeat}", None, args.steps, repeat)
+                    drl_config(
+                        Path(folder), f"mlp{repeat}", None, args.steps, repeat, args.num_minibatches
+                    )
                 ),
                 f"drl {args.cell.upper()}": drl_steady_sps(
-                    drl_config(Path(folder), f"rnn{repeat}", args.cell, args.steps, repeat)
+                    drl_config(
+                        Path(folder),
+                        f"rnn{repeat}",
+                        args.cell,
+                        args.steps,
+                        repeat,
+                        args.num_minibatches,
+                    )
                 ),
             }
             if args.sb3:

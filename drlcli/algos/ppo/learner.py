@@ -10,6 +10,7 @@ surrogate objective L^CLIP, value loss L^VF and entropy bonus S):
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -259,7 +260,7 @@ class Learner:
             return self.closed_form.compute(**minibatch, params=self.params)
         mask = minibatch.get("mask")
         if mask is not None:  # whole chunks [C, L, ...]: the cores read them time-major
-            minibatch = {name: time_major(name, column) for name, column in minibatch.items()}
+            minibatch = {name: time_major(name, column) for name, column in trimmed(minibatch)}
             mask = minibatch["mask"]
         new_logprob, entropy, new_value = self.evaluate_actions(minibatch)
         loss, stats = ppo_loss(
@@ -438,7 +439,7 @@ class Learner:
                 new_logprob, _, predicted = self.evaluate_actions(columns)
                 old_logprob, returns = columns["old_logprob"], columns["returns"]
             else:
-                steps = {name: time_major(name, column) for name, column in columns.items()}
+                steps = {name: time_major(name, column) for name, column in trimmed(columns)}
                 real = steps["mask"]
                 new_logprob, _, predicted = self.evaluate_actions(steps)
                 new_logprob, predicted = new_logprob[real], predicted[real]
@@ -460,9 +461,22 @@ class Learner:
         }
 
 
+def trimmed(chunks: dict[str, torch.Tensor]) -> Iterator[tuple[str, torch.Tensor]]:
+    """Chunked columns ``[C, L, ...]`` without the steps past the longest chunk's last real
+    one: padding that no chunk of these needs is not computed (short episodes leave most of
+    a round's chunks short). The chunks' states ``[C, ...]`` are kept whole."""
+    real = chunks["mask"].any(0)
+    length = int(real.nonzero().max()) + 1 if bool(real.any()) else 1
+    for name, column in chunks.items():
+        yield name, column if name in CHUNK_STATES else column[:, :length]
+
+
+CHUNK_STATES = ("policy_state", "value_state")
+
+
 def time_major(name: str, column: torch.Tensor) -> torch.Tensor:
     """A chunked column ``[C, L, ...]`` as ``[L, C, ...]``; the chunks' states stay ``[C, ...]``."""
-    return column if name in ("policy_state", "value_state") else column.transpose(0, 1)
+    return column if name in CHUNK_STATES else column.transpose(0, 1)
 
 
 def build_ppo_learner(context: LearnerContext) -> Learner:

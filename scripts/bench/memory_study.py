@@ -1,0 +1,289 @@
+"""Is the memory learned? Position-only tasks trained with and without a recurrent policy.
+
+    python scripts/bench/memory_study.py pendulum --seeds 0 1 2 3 4
+    python scripts/bench/memory_study.py hopper --seeds 0 1 2 --variants mlp lstm
+    PYTHONPATH=/path/to/sb3 python scripts/bench/memory_study.py pendulum --variants sb3_lstm
+
+The tasks hide the velocities: ``pendulum`` is the preset ``inverted_pendulum_nov_lstm``
+(InvertedPendulum-v5, policy and critic read ``'0:2'``), ``hopper`` the preset
+``hopper_nov_lstm`` (Hopper-v5, ``'0:5'``). Variants, each with the preset's budget, seeds and
+evaluations:
+
+- ``lstm``: the preset; ``gru``: the same with a GRU;
+- ``mlp``: no recurrent core, with the MLP preset's minibatches (32, the quickstart's and
+  hopper_ppo's): the MLP's own best settings, not the recurrent ones;
+- ``framestack``: ``mlp`` over ``FrameStackObservation`` of the last 4 observations (the
+  policy and critic read the positions of each);
+- ``sb3_lstm``: SB3-contrib's RecurrentPPO (``MlpLstmPolicy``) at the preset's settings (envs,
+  steps per round, epochs, minibatch size in steps, learning rate, gamma, GAE lambda, LSTM
+  size, heads, observation and reward normalisation), evaluated like drl every interval with
+  10 deterministic episodes, its LSTM state reset at each episode's start.
+
+Each finished run's metrics CSV (the ``sb3_lstm`` one written in drl's columns) is copied to
+``docs/results/data/memory/<task>/`` with a line in its ``runs.jsonl`` (variant, seed, final
+deterministic evaluation, wall-clock, commit), so ``drl compare docs/results/data/memory/<task>``
+redraws the tables from the repository alone and a study that stops resumes where it was: a run
+already recorded there is skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from drlcli.config import EnvWrapperConfig
+from drlcli.preset_catalog import find_preset
+from drlcli.runtime.training import train
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+TASKS = {"pendulum": "inverted_pendulum_nov_lstm", "hopper": "hopper_nov_lstm"}
+VARIANTS = ("mlp", "lstm", "gru", "framestack", "sb3_lstm")
+STACK = 4
+
+
+def variant_config(task: str, variant: str, seed: int, output: Path):
+    """The preset's config for one variant and seed, writing under ``output``."""
+    base = find_preset(TASKS[task]).config()
+    name = f"{task}_{variant}_seed{seed}"
+    params = base.algo_params
+    env = dataclasses.replace(base.env, seed=seed)
+    if variant == "gru":
+        params = dataclasses.replace(
+            params, recurrent=dataclasses.replace(params.recurrent, cell="gru")
+        )
+    elif variant in ("mlp", "framestack"):
+        params = dataclasses.replace(params, recurrent=None, num_minibatches=32)
+    if variant == "framestack":
+        (part,) = env.observation_groups.policy
+        parts = [_shift(part, frame * _observation_width(env.id)) for frame in range(STACK)]
+        env = dataclasses.replace(
+            env,
+            wrappers=(
+                EnvWrapperConfig("FrameStackObservation", {"stack_size": STACK}),
+                EnvWrapperConfig("FlattenObservation"),
+            ),
+            observation_groups=dataclasses.replace(
+                env.observation_groups, policy=tuple(parts), critic=tuple(parts)
+            ),
+        )
+    return dataclasses.replace(
+        base,
+        name=name,
+        env=env,
+        algo_params=params,
+        output_dir=str(output),
+        metrics_path=str(output / f"metrics_{name}.csv"),
+    )
+
+
+def _observation_width(env_id: str) -> int:
+    import gymnasium as gym
+
+    env = gym.make(env_id)
+    width = int(env.observation_space.shape[0])
+    env.close()
+    return width
+
+
+def _shift(part: str, offset: int) -> str:
+    start, stop = (int(x) for x in part.split(":"))
+    return f"{start + offset}:{stop + offset}"
+
+
+def run_drl(config) -> dict[str, Any]:
+    started = time.perf_counter()
+    summary = train(config, quiet=True, console=Console(quiet=True))
+    return {
+        "final_return": summary.final_evaluation.return_mean,
+        "wall_s": time.perf_counter() - started,
+        "env_steps": summary.env_steps,
+        "csv": Path(config.metrics_path),
+    }
+
+
+def run_sb3_lstm(config, output: Path) -> dict[str, Any]:
+    """SB3-contrib's RecurrentPPO at ``config``'s settings; its evaluations in a drl CSV."""
+    import gymnasium as gym
+    import numpy as np
+    from sb3_contrib import RecurrentPPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    (part,) = config.env.observation_groups.policy
+    start, stop = (int(x) for x in part.split(":"))
+
+    class Part(gym.ObservationWrapper):
+        def __init__(self, env):
+            super().__init__(env)
+            self.observation_space = gym.spaces.Box(-np.inf, np.inf, (stop - start,), np.float64)
+
+        def observation(self, observation):
+            return observation[start:stop]
+
+    def make():
+        return Part(gym.make(config.env.id))
+
+    num_envs = config.env.num_envs * config.num_actors
+    steps_per_round = num_envs * config.rollout_length
+    params = config.algo_params
+    env = VecNormalize(DummyVecEnv([make] * num_envs), gamma=config.gamma)
+    env.seed(config.env.seed)
+    size = params.recurrent.size
+    model = RecurrentPPO(
+        "MlpLstmPolicy",
+        env,
+        n_steps=config.rollout_length,
+        batch_size=steps_per_round // params.num_minibatches,
+        n_epochs=params.num_epochs,
+        learning_rate=(lambda f: params.learning_rate * f)
+        if params.anneal_learning_rate
+        else params.learning_rate,
+        gamma=config.gamma,
+        gae_lambda=config.gae_lambda,
+        clip_range=params.clip_coef,
+        ent_coef=params.ent_coef,
+        vf_coef=params.vf_coef * 2,  # drl's value loss is half the squared error
+        max_grad_norm=params.max_grad_norm,
+        seed=config.env.seed,
+        policy_kwargs={
+            "lstm_hidden_size": size,
+            "net_arch": {
+                "pi": list(params.hidden_sizes),
+                "vf": list(params.value_network_hidden_sizes),
+            },
+            "log_std_init": params.init_log_std,
+        },
+    )
+    episodes = config.evaluation.episodes
+    interval = config.evaluation.interval_env_steps
+    rows: list[dict[str, Any]] = []
+    started = time.perf_counter()
+
+    def evaluate(env_steps: int) -> float:
+        single = make()
+        returns = []
+        for episode in range(episodes):
+            obs, _ = single.reset(seed=10_000 + config.env.seed * 100 + episode)
+            state, start_flag, total = None, np.ones(1, bool), 0.0
+            while True:
+                normalised = env.normalize_obs(obs[None])
+                action, state = model.predict(
+                    normalised, state=state, episode_start=start_flag, deterministic=True
+                )
+                obs, reward, terminated, truncated, _ = single.step(action[0])
+                total += float(reward)
+                start_flag = np.zeros(1, bool)
+                if terminated or truncated:
+                    break
+            returns.append(total)
+        single.close()
+        mean = float(np.mean(returns))
+        rows.append(
+            {
+                "round": len(rows) + 1,
+                "env_steps": env_steps,
+                "wall_time_s": time.perf_counter() - started,
+                "eval_env_steps": env_steps,
+                "eval_return_mean": mean,
+                "eval_return_std": float(np.std(returns)),
+            }
+        )
+        return mean
+
+    class Evaluations(BaseCallback):
+        def __init__(self):
+            super().__init__()
+            self.next = interval
+
+        def _on_rollout_start(self) -> None:
+            if interval and self.num_timesteps >= self.next:
+                evaluate(self.num_timesteps)
+                self.next += interval
+
+        def _on_step(self) -> bool:
+            return True
+
+    model.learn(config.total_env_steps, callback=Evaluations())
+    final = evaluate(model.num_timesteps)
+    path = output / f"metrics_{config.name}.csv"
+    with path.open("w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return {
+        "final_return": final,
+        "wall_s": time.perf_counter() - started,
+        "env_steps": model.num_timesteps,
+        "csv": path,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("task", choices=sorted(TASKS))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    parser.add_argument("--output-dir", type=Path, default=Path("output/memory_study"))
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=REPOSITORY / "docs/results/data/memory",
+        help="where the finished runs are recorded (a smoke test's: elsewhere)",
+    )
+    parser.add_argument("--steps", type=int, default=None, help="override the preset's budget")
+    args = parser.parse_args()
+    results = args.results / args.task
+    results.mkdir(parents=True, exist_ok=True)
+    record = results / "runs.jsonl"
+    done = set()
+    if record.exists():
+        for line in record.read_text().splitlines():
+            entry = json.loads(line)
+            done.add((entry["variant"], entry["seed"]))
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPOSITORY
+    ).stdout.strip()
+    output = args.output_dir / args.task
+    output.mkdir(parents=True, exist_ok=True)
+    for seed in args.seeds:
+        for variant in args.variants:
+            if (variant, seed) in done:
+                print(f"{variant} seed {seed}: recorded, skipped")
+                continue
+            config = variant_config(args.task, variant, seed, output)
+            if variant == "sb3_lstm":  # at the recurrent preset's settings
+                config = dataclasses.replace(
+                    variant_config(args.task, "lstm", seed, output), name=config.name
+                )
+            if args.steps is not None:
+                config = dataclasses.replace(config, total_env_steps=args.steps)
+            if variant == "sb3_lstm":
+                result = run_sb3_lstm(config, output)
+            else:
+                result = run_drl(config)
+            shutil.copy(result["csv"], results / result["csv"].name)
+            entry = {
+                "variant": variant,
+                "seed": seed,
+                "final_return": round(result["final_return"], 2),
+                "wall_s": round(result["wall_s"], 1),
+                "env_steps": result["env_steps"],
+                "commit": commit,
+                "date": time.strftime("%Y-%m-%d"),
+            }
+            with record.open("a") as file:
+                file.write(json.dumps(entry) + "\n")
+            print(json.dumps(entry), flush=True)
+
+
+if __name__ == "__main__":
+    main()
