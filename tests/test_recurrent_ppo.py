@@ -552,3 +552,34 @@ def test_the_rollouts_numpy_cell_is_torchs_cell(cell, layers):
         with torch.no_grad():  # an optimiser step writes in place: the views see it
             for parameter in core.parameters():
                 parameter.add_(0.05)
+
+
+def test_the_example_client_plays_the_graph_as_drl_plays_the_checkpoint(
+    tmp_path, checkpoint_file, lstm_checkpoint_payload, monkeypatch, capsys
+):
+    """examples/onnx_client.py (onnxruntime and Gymnasium alone) feeds the state back and
+    zeroes it at each episode's start: its returns are deterministic play's."""
+    import importlib.util
+    import sys
+
+    from drlcli.checkpoints.policy import load_play_actor
+    from drlcli.export import export_onnx
+    from tests.conftest import REPO_ROOT
+
+    path = checkpoint_file(payload=lstm_checkpoint_payload)
+    export_onnx(path, tmp_path / "policy.onnx", parity_steps=20)
+    spec = importlib.util.spec_from_file_location(
+        "onnx_client", REPO_ROOT / "examples/onnx_client.py"
+    )
+    client = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(client)
+    monkeypatch.setattr(
+        sys, "argv", ["onnx_client", str(tmp_path / "policy.onnx"), "--episodes", "3"]
+    )
+    client.main()
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("episode")]
+    played = run_episodes(load_play_actor(path), 3, seed=0)
+    assert printed == [
+        f"episode {i}: return {r.episode_return:.1f} over {r.length} steps"
+        for i, r in enumerate(played)
+    ]
