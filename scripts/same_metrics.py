@@ -23,7 +23,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-DEFAULT_PRESETS = ("quickstart", "inverted_pendulum_flash_sac_cpu", "hopper_ppo")
+DEFAULT_PRESETS = (
+    "quickstart",
+    "inverted_pendulum_flash_sac_cpu",
+    "hopper_ppo",
+    "inverted_pendulum_nov_lstm",
+)
 
 
 def state_digest(value: Any) -> str:
@@ -61,7 +66,9 @@ def state_digest(value: Any) -> str:
 def canonical_learner_states(states: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The learner states in the layout of checkpoint format 2, so that a record of older code
     compares with newer: format 1 kept each PPO rollout actor's reward-scaler moments under the
-    learner (``reward_scalers``), format 2 in the actor's own state (``reward_scaler``)."""
+    learner (``reward_scalers``), format 2 in the actor's own state (``reward_scaler``). A PPO
+    rollout actor's ``recurrent`` entry, which drl writes since recurrent policies, holds
+    nothing for an MLP (None): left out, so that older records compare."""
     canonical = []
     for state in states:
         state = dict(state)
@@ -70,6 +77,11 @@ def canonical_learner_states(states: list[dict[str, Any]]) -> list[dict[str, Any
             state["rollout_actors"] = [
                 {**actor, "reward_scaler": moments}
                 for actor, moments in zip(state["rollout_actors"], scalers, strict=True)
+            ]
+        if state.get("rollout_actors") is not None:
+            state["rollout_actors"] = [
+                {k: v for k, v in actor.items() if not (k == "recurrent" and v is None)}
+                for actor in state["rollout_actors"]
             ]
         canonical.append(state)
     return canonical
