@@ -11,8 +11,9 @@ sequence_length: 32}``. drl's figure is the steady rate: env steps per second fr
 the first round to the end of the last (evaluation off; metrics and checkpoint writes between
 rounds count). SB3's is timed the same way by a callback, from the end of its first rollout and
 update to the end of the last, with the same settings (``n_envs`` 4, ``n_steps`` 512,
-``batch_size`` 64, VecNormalize of observations and rewards; RecurrentPPO's ``MlpLstmPolicy``
-with an LSTM of 64 for the actor and one for the critic). Prints every repeat and the medians of
+``batch_size`` making the same number of minibatches, VecNormalize of observations and
+rewards; RecurrentPPO's ``MlpLstmPolicy`` with an LSTM of 64 for the actor and one for the
+critic). Prints every repeat and the medians of
 the rates and of each ratio (``recurrent / MLP`` of the same library, measured in the same
 repeat).
 """
@@ -66,7 +67,7 @@ def drl_steady_sps(config) -> float:
     return steps / (float(rows[-1]["wall_time_s"]) - float(rows[0]["wall_time_s"]))
 
 
-def sb3_steady_sps(recurrent: bool, steps: int, seed: int) -> float:
+def sb3_steady_sps(recurrent: bool, steps: int, seed: int, minibatches: int) -> float:
     """SB3's PPO or SB3-contrib's RecurrentPPO on the same position-only task."""
     import gymnasium as gym
     import numpy as np
@@ -100,7 +101,9 @@ def sb3_steady_sps(recurrent: bool, steps: int, seed: int) -> float:
     env = VecNormalize(
         DummyVecEnv([lambda: Positions(gym.make("InvertedPendulum-v5")) for _ in range(4)])
     )
-    settings = dict(n_steps=512, batch_size=64, n_epochs=10, learning_rate=3e-4, seed=seed)
+    settings = dict(
+        n_steps=512, batch_size=4 * 512 // minibatches, n_epochs=10, learning_rate=3e-4, seed=seed
+    )
     if recurrent:
         from sb3_contrib import RecurrentPPO
 
@@ -152,8 +155,10 @@ def main() -> None:
                 ),
             }
             if args.sb3:
-                row["SB3 PPO"] = sb3_steady_sps(False, args.sb3_steps, repeat)
-                row["SB3-contrib RecurrentPPO"] = sb3_steady_sps(True, args.sb3_steps, repeat)
+                for key, recurrent in (("SB3 PPO", False), ("SB3-contrib RecurrentPPO", True)):
+                    row[key] = sb3_steady_sps(
+                        recurrent, args.sb3_steps, repeat, args.num_minibatches
+                    )
             row["drl ratio"] = row[f"drl {args.cell.upper()}"] / row["drl MLP"]
             if args.sb3:
                 row["SB3 ratio"] = row["SB3-contrib RecurrentPPO"] / row["SB3 PPO"]
