@@ -266,10 +266,7 @@ def main() -> None:
                 )
             if args.steps is not None:
                 config = dataclasses.replace(config, total_env_steps=args.steps)
-            if variant == "sb3_lstm":
-                result = run_sb3_lstm(config, output)
-            else:
-                result = run_drl(config)
+            result = run_sb3_lstm(config, output) if variant == "sb3_lstm" else run_drl(config)
             shutil.copy(result["csv"], results / result["csv"].name)
             entry = {
                 "variant": variant,
