@@ -1,5 +1,9 @@
 # The README's two commands: `make demo` (set up, then a short training run) and `make test`.
-PYTHON ?= python3.11
+# The first Python 3.11 or later on PATH (3.11 is the tested one); `make demo PYTHON=...` names another.
+PYTHON ?= $(shell for candidate in python3.11 python3.12 python3.13 python3 python; do \
+	$$candidate -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && \
+	{ echo $$candidate; break; }; done)
+FIND_PYTHON = @test -n "$(PYTHON)" || { echo "error: no Python 3.11 or later on PATH: install one, or name it: make demo PYTHON=/path/to/python3.11" >&2; exit 2; }
 VENV ?= .venv
 BIN := $(VENV)/bin
 PAGE := drlcli/dashboard/static/index.html
@@ -19,6 +23,7 @@ SITE_PACKAGES = $(shell $(BIN)/python -c "import sysconfig; print(sysconfig.get_
 # --no-compile: byte-compiling every module of torch, Ray, SciPy and matplotlib is a quarter of
 # make demo's time, and the demo imports a fraction of them.
 $(VENV)/.installed-drl: pyproject.toml constraints.txt
+	$(FIND_PYTHON)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP_INSTALL) --no-compile -e .
 	touch $@

@@ -77,8 +77,8 @@ AllowEnvModuleOption = _consent_option(
 )
 
 
-# Examples under each command's --help: (command line, what it does); the README shows the same
-# command lines.
+# Examples under each command's --help: (command line, what it does); the README's table of
+# commands shows the first of each, the command's page in docs/ all of them (tests/test_cli.py).
 EXAMPLES: dict[str, list[tuple[str, str]]] = {
     "train": [
         ("drl train hopper_ppo", "a preset (drl presets), local Ray on this machine"),
@@ -97,7 +97,7 @@ EXAMPLES: dict[str, list[tuple[str, str]]] = {
     "export": [("drl export output/model_quickstart.pt policy.onnx", "ONNX, parity-checked")],
     "verify": [("drl verify output/model_quickstart.pt", "audit; --json for machines")],
     "tune": [
-        ("drl tune hopper_ppo space.yaml", "the search space file: see the README"),
+        ("drl tune hopper_ppo space.yaml", "the search space file: see docs/tune.md"),
         ("drl tune hopper_ppo space.yaml --dry-run", "check both files, print the plan"),
         ("drl tune hopper_ppo space.yaml --resume", "continue an interrupted search"),
         ("drl tune my.yaml space.yaml --trials 40 --address HOST:6379", "over a cluster"),

@@ -2,7 +2,8 @@
 ``configs/`` is a link to that folder, so there is one copy).
 
 A preset's leading comment describes it; a comment line ``# measured on ...: <text>`` records
-the result measured with it (``drl presets`` and the README's preset table show it). No torch.
+the result measured with it (``drl presets`` and the preset table of docs/results.md show
+it). No torch.
 """
 
 from __future__ import annotations

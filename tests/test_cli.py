@@ -148,16 +148,30 @@ def test_dashboard_refuses_a_missing_folder(tmp_path):
     assert "not a folder" in result.output
 
 
-@pytest.mark.parametrize(
-    "command", ["train", "play", "export", "verify", "dashboard", "compare", "tune"]
-)
-def test_help_shows_examples_that_the_readme_shows_too(command):
+# The page of docs/ that shows each command's examples in full (the README shows the first).
+COMMAND_GUIDES = {
+    "train": "training.md",
+    "play": "play_verify_export.md",
+    "export": "play_verify_export.md",
+    "verify": "play_verify_export.md",
+    "dashboard": "dashboard.md",
+    "compare": "compare.md",
+    "tune": "tune.md",
+}
+
+
+@pytest.mark.parametrize("command", sorted(COMMAND_GUIDES))
+def test_help_shows_examples_that_the_readme_and_its_guide_show_too(command):
     from drlcli.cli import EXAMPLES
 
     result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0
     assert "Examples:" in result.stdout
     readme = (REPO_ROOT / "README.md").read_text()
+    row = re.search(rf"^\| `{command}` \| `([^`]+)` \|", readme, re.MULTILINE)
+    assert row is not None, f"the README's table of commands lacks {command}"
+    assert row.group(1) == EXAMPLES[command][0][0], "the README shows the first --help example"
+    guide = (REPO_ROOT / "docs" / COMMAND_GUIDES[command]).read_text()
     for line, _ in EXAMPLES[command]:
         assert line in result.stdout
-        assert f"    {line}" in readme, f"README lacks the example {line!r}"
+        assert f"    {line}" in guide, f"docs/{COMMAND_GUIDES[command]} lacks the example {line!r}"

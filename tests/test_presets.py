@@ -32,12 +32,12 @@ def test_presets_lists_every_preset_with_its_task_budget_and_measured_result():
     assert "return 3504" in result.stdout
 
 
-def test_the_readme_preset_table_matches_the_presets():
-    readme = (REPO_ROOT / "README.md").read_text()
+def test_the_results_preset_table_matches_the_presets():
+    results = (REPO_ROOT / "docs" / "results.md").read_text()
     for preset in available_presets():
         config = preset.config()
-        row = re.search(rf"^\| `{preset.name}` \|.*$", readme, re.MULTILINE)
-        assert row is not None, f"{preset.name} is missing from the README's preset table"
+        row = re.search(rf"^\| `{preset.name}` \|.*$", results, re.MULTILINE)
+        assert row is not None, f"{preset.name} is missing from docs/results.md's preset table"
         assert f"| {config.algo} | {config.total_env_steps:,} |" in row.group(0)
         assert (preset.measured or "-") in row.group(0), preset.name
 

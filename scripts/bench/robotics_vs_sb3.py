@@ -1,5 +1,6 @@
 """drl's PPO against Stable-Baselines3's on the robotics packages' tasks, with equal settings and
-budget, and a privileged critic beside a symmetric one (README, "Robotics packages").
+budget, and a privileged critic beside a symmetric one (docs/results.md, "Against
+Stable-Baselines3 on the robotics packages").
 
     python scripts/bench/robotics_vs_sb3.py walker-walk --seeds 0 1 2 --steps 300000
     python scripts/bench/robotics_vs_sb3.py walker-walk --privileged --seeds 0 1 2
