@@ -168,6 +168,46 @@ def test_the_masked_sequence_loss_and_its_gradients_are_those_of_a_loop_over_ste
     assert any(float(g.abs().max()) > 0 for g in by_hand[: len(list(learner.actor.parameters()))])
 
 
+@pytest.mark.parametrize(("cell", "clip_value_loss"), [("lstm", True), ("gru", False)])
+def test_the_value_networks_thread_writes_the_gradient_of_the_whole_loss(cell, clip_value_loss):
+    """The update runs the value network's forward and backward on a second thread: its
+    gradients, the policy's and the stats are those of ``ppo_loss(...).backward()`` on one
+    thread, bit for bit, and an error on either side is raised with no thread left writing."""
+    from drlcli.algos.ppo.learner import ppo_loss, time_major, trimmed
+
+    params = recurrent_params(cell, 4, clip_value_loss=clip_value_loss, ent_coef=0.01)
+    learner = learner_of(params)
+    learner.add(synthetic_rollout(learner, 13, 3, seed=4))
+    columns = learner._round_columns()
+    stats = learner.minibatch_gradients(**columns)
+    threaded = learner.flat.values.grad.clone()
+
+    chunks = {name: time_major(name, column) for name, column in trimmed(columns)}
+    new_logprob, entropy, new_value = learner.evaluate_actions(chunks)
+    loss, one_thread = ppo_loss(
+        new_logprob=new_logprob,
+        entropy=entropy,
+        new_value=new_value,
+        old_logprob=chunks["old_logprob"],
+        old_value=chunks["old_value"],
+        advantages=chunks["advantages"],
+        returns=chunks["returns"],
+        params=params,
+        mask=chunks["mask"],
+    )
+    learner.flat.zero_grad()
+    loss.backward()
+    assert torch.equal(learner.flat.values.grad, threaded)
+    value_part = sum(p.numel() for p in learner.value_network.parameters())
+    assert float(threaded[-value_part:].abs().max()) > 0  # the thread's share is there
+    for name in ("pg_loss", "v_loss", "entropy_loss", "logratio"):
+        assert torch.equal(stats[name], one_thread[name]), name
+
+    broken = dict(columns, value_state=columns["value_state"][..., :1])  # a state too small
+    with pytest.raises(RuntimeError):
+        learner.minibatch_gradients(**broken)
+
+
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
 def test_a_padded_step_changes_nothing(cell):
     """What a chunk's padding holds never reaches the losses or the gradients."""

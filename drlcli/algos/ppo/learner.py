@@ -11,6 +11,7 @@ surrogate objective L^CLIP, value loss L^VF and entropy bonus S):
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -61,35 +62,71 @@ def ppo_loss(
         stats ``pg_loss``, ``v_loss``, ``entropy_loss`` (0-dim) and ``logratio`` (detached,
         of the real steps), from which the caller measures the approximate KL.
     """
+    policy_objective, stats = policy_loss(
+        new_logprob=new_logprob,
+        entropy=entropy,
+        old_logprob=old_logprob,
+        advantages=advantages,
+        params=params,
+        mask=mask,
+    )
+    v_loss = value_loss(
+        new_value=new_value, old_value=old_value, returns=returns, params=params, mask=mask
+    )
+    stats["v_loss"] = v_loss.detach()
+    return policy_objective + params.vf_coef * v_loss, stats
 
-    def mean(values: torch.Tensor) -> torch.Tensor:
-        return values.mean() if mask is None else masked_mean(values, mask)
 
+def policy_loss(
+    *,
+    new_logprob: torch.Tensor,
+    entropy: torch.Tensor,
+    old_logprob: torch.Tensor,
+    advantages: torch.Tensor,
+    params: PPOParams,
+    mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The policy's part of ``ppo_loss``: ``-L^CLIP - ent_coef * S``, and its stats
+    (``pg_loss``, ``entropy_loss``, ``logratio``). It reads no value, so its gradient reaches
+    the policy's parameters alone."""
     logratio = new_logprob - old_logprob
     ratio = logratio.exp()
     pg_loss1 = -advantages * ratio
     pg_loss2 = -advantages * torch.clamp(ratio, 1 - params.clip_coef, 1 + params.clip_coef)
-    pg_loss = mean(torch.max(pg_loss1, pg_loss2))
-    v_loss_unclipped = (new_value - returns) ** 2
-    if params.clip_value_loss:
-        v_clipped = old_value + torch.clamp(
-            new_value - old_value, -params.clip_coef, params.clip_coef
-        )
-        v_loss_clipped = (v_clipped - returns) ** 2
-        v_loss = 0.5 * mean(torch.max(v_loss_unclipped, v_loss_clipped))
-    else:
-        v_loss = 0.5 * mean(v_loss_unclipped)
-    entropy_loss = mean(entropy)
-    loss = pg_loss + params.vf_coef * v_loss
+    pg_loss = _step_mean(torch.max(pg_loss1, pg_loss2), mask)
+    entropy_loss = _step_mean(entropy, mask)
+    objective = pg_loss
     if params.ent_coef:  # a zero coefficient would only add backward work
-        loss = loss - params.ent_coef * entropy_loss
+        objective = objective - params.ent_coef * entropy_loss
     stats = {
         "pg_loss": pg_loss.detach(),
-        "v_loss": v_loss.detach(),
         "entropy_loss": entropy_loss.detach(),
         "logratio": (logratio if mask is None else logratio[mask]).detach(),
     }
-    return loss, stats
+    return objective, stats
+
+
+def value_loss(
+    *,
+    new_value: torch.Tensor,
+    old_value: torch.Tensor,
+    returns: torch.Tensor,
+    params: PPOParams,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``L^VF``, half the squared error of the values to their targets (with
+    ``clip_value_loss``, the larger of it and the clipped value's, as PPO2 does)."""
+    v_loss_unclipped = (new_value - returns) ** 2
+    if not params.clip_value_loss:
+        return 0.5 * _step_mean(v_loss_unclipped, mask)
+    v_clipped = old_value + torch.clamp(new_value - old_value, -params.clip_coef, params.clip_coef)
+    v_loss_clipped = (v_clipped - returns) ** 2
+    return 0.5 * _step_mean(torch.max(v_loss_unclipped, v_loss_clipped), mask)
+
+
+def _step_mean(values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """The mean over a minibatch's samples, or over a recurrent minibatch's real steps."""
+    return values.mean() if mask is None else masked_mean(values, mask)
 
 
 def standardize_advantages(advantages: torch.Tensor) -> torch.Tensor:
@@ -179,6 +216,7 @@ class Learner:
         )
         self.buffer = ReplayBuffer()
         self.shuffle_generator = torch.Generator().manual_seed(seed)
+        self._value_executor: ThreadPoolExecutor | None = None
 
     # --- state ---------------------------------------------------------------------------
 
@@ -258,10 +296,8 @@ class Learner:
         """
         if self.closed_form is not None:
             return self.closed_form.compute(**minibatch, params=self.params)
-        mask = minibatch.get("mask")
-        if mask is not None:  # whole chunks [C, L, ...]: the cores read them time-major
-            minibatch = {name: time_major(name, column) for name, column in trimmed(minibatch)}
-            mask = minibatch["mask"]
+        if "mask" in minibatch:
+            return self._sequence_gradients(minibatch)
         new_logprob, entropy, new_value = self.evaluate_actions(minibatch)
         loss, stats = ppo_loss(
             new_logprob=new_logprob,
@@ -272,11 +308,60 @@ class Learner:
             advantages=minibatch["advantages"],
             returns=minibatch["returns"],
             params=self.params,
-            mask=mask,
         )
         self.flat.zero_grad()
         loss.backward()
         return stats
+
+    def _sequence_gradients(self, chunks: dict[str, torch.Tensor]) -> dict[str, Any]:
+        """``minibatch_gradients`` of a recurrent policy's chunks ``[C, L, ...]``, read
+        time-major. The value network's forward and backward run on a second thread beside the
+        policy's: the two share no parameter and ``ppo_loss`` is the sum of ``policy_loss`` and
+        ``vf_coef * value_loss``, so each writes the gradient ``ppo_loss(...).backward()``
+        would, while the two fused LSTM kernels, most of the update's time, run on two cores
+        (the rollout actors wait for the update)."""
+        chunks = {name: time_major(name, column) for name, column in trimmed(chunks)}
+        mask, p = chunks["mask"], self.params
+        self.flat.zero_grad()
+
+        def value_gradient() -> torch.Tensor:
+            new_value = self.value_network(
+                chunks.get("value_obs", chunks["obs"]), core_state(chunks["value_state"])
+            )
+            v_loss = value_loss(
+                new_value=new_value,
+                old_value=chunks["old_value"],
+                returns=chunks["returns"],
+                params=p,
+                mask=mask,
+            )
+            (p.vf_coef * v_loss).backward()
+            return v_loss.detach()
+
+        value_job = self._value_thread().submit(value_gradient)
+        try:
+            new_logprob, entropy = self.actor.sequence_log_prob_and_entropy(
+                chunks["obs"], chunks["actions"], core_state(chunks["policy_state"])
+            )
+            policy_objective, stats = policy_loss(
+                new_logprob=new_logprob,
+                entropy=entropy,
+                old_logprob=chunks["old_logprob"],
+                advantages=chunks["advantages"],
+                params=p,
+                mask=mask,
+            )
+            policy_objective.backward()
+        except BaseException:
+            wait([value_job])  # no thread writes gradients once this minibatch has failed
+            raise
+        return stats | {"v_loss": value_job.result()}
+
+    def _value_thread(self) -> ThreadPoolExecutor:
+        """The thread a recurrent update runs the value network on, made at its first use."""
+        if self._value_executor is None:
+            self._value_executor = ThreadPoolExecutor(1, thread_name_prefix="value-network")
+        return self._value_executor
 
     def evaluate_actions(
         self, columns: dict[str, torch.Tensor]
