@@ -53,17 +53,19 @@ demo: $(VENV)/.installed-drl
 	$(BIN)/drl train quickstart
 
 # Two pytest-xdist workers, each with its own Ray session when its tests need one
-# (tests/conftest.py); both cores stay busy.
+# (tests/conftest.py); both cores stay busy. --dist loadgroup: a module whose tests share an
+# expensive module fixture (a two-node cluster, an install, a trained run) names an
+# xdist_group and runs on one worker, so the fixture is built once, not once per worker.
 test: setup
-	$(BIN)/python -m pytest -n 2
+	$(BIN)/python -m pytest -n 2 --dist loadgroup
 	@if [ -d web/node_modules ]; then cd web && npm test --silent; fi
 
 # The edit-test loop: the tests that need neither Ray nor a subprocess (a test that starts a
 # process anyway fails here, naming the marker it lacks), with half of the fuzz cases (the
-# first half of the same derandomised ones; make test runs them all).
+# first half of the same derandomised ones; make test runs them all), on two xdist workers.
 test-fast: setup
 	DRL_TEST_FAST=1 DRL_FUZZ_EXAMPLES=$${DRL_FUZZ_EXAMPLES:-0.5} \
-		$(BIN)/python -m pytest -m "not ray and not subprocess" -q
+		$(BIN)/python -m pytest -m "not ray and not subprocess" -q -n 2
 
 # Mutation testing of the maths modules ([tool.mutmut] in pyproject.toml): the score, and each
 # surviving mutant not explained in tests/equivalent_mutants.md. Hours on two cores; not CI.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -95,6 +96,13 @@ def ray_cluster():
         log_to_driver=False,
         logging_level="ERROR",
     )
+    # Two of Ray's services serve no test: the log monitor (log_to_driver is off), tailing
+    # every worker's log file for the session's whole life, and the autoscaler's monitor (a
+    # fixed local node). On two cores their CPU is the tests'. Ray's own tests stop them so.
+    node = ray._private.worker.global_worker.node
+    with contextlib.suppress(AttributeError):  # a Ray without these methods keeps them
+        node.kill_log_monitor()
+        node.kill_monitor()
     yield
     ray.shutdown()
 

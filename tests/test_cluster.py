@@ -23,7 +23,13 @@ import pytest
 
 from drlcli.metrics.csv_file import read_metrics
 
-pytestmark = [pytest.mark.ray, pytest.mark.subprocess]  # clusters of its own, started by `ray`
+# Clusters of its own, started by `ray`; one xdist worker runs them all (make test's
+# --dist loadgroup), so the module's two-node cluster starts once.
+pytestmark = [
+    pytest.mark.ray,
+    pytest.mark.subprocess,
+    pytest.mark.xdist_group("two_node_cluster"),
+]
 RAY = Path(sys.executable).parent / "ray"
 ENV = {
     **{k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "PYTHONPATH")},

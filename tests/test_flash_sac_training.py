@@ -21,7 +21,11 @@ from drlcli.topology import AvailableDevices
 from tests.conftest import copy_run_outputs
 from tests.test_metrics import FLASH_SAC_COLUMNS
 
-pytestmark = pytest.mark.usefixtures("ray_cluster")
+# One xdist worker runs the module (make test's --dist loadgroup): its run trains once.
+pytestmark = [
+    pytest.mark.usefixtures("ray_cluster"),
+    pytest.mark.xdist_group("flash_sac_run"),
+]
 NO_GPU = AvailableDevices(cuda_devices=0, mps=False)
 
 TINY_FLASH_SAC = """

@@ -21,7 +21,8 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 
-pytestmark = pytest.mark.subprocess
+# One xdist worker runs both tests (make test's --dist loadgroup): the install is made once.
+pytestmark = [pytest.mark.subprocess, pytest.mark.xdist_group("install")]
 PAGE = REPO_ROOT / "drlcli" / "dashboard" / "static" / "index.html"
 
 
