@@ -109,6 +109,9 @@ def render_audit(report: Any, console: Console) -> None:
             check.name, f"[{styles[check.status]}]{check.status}[/]", escape(check.detail)
         )
     console.print(table)
+    if report.training:
+        settings = ", ".join(f"{name} {value}" for name, value in report.training.items())
+        console.print(escape(f"trained with: {settings}"), highlight=False)
     console.print(
         report.verdict, style="bold red" if report.failed else "bold green", highlight=False
     )

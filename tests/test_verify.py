@@ -247,3 +247,28 @@ def test_inference_memory_is_reported_per_category_and_absent_is_a_failure(check
 
     status, detail = statuses(checkpoint_file(without, name="without.pt"))["inference memory"]
     assert status == "FAIL" and detail.endswith("checkpoint lacks 'inference_memory'")
+
+
+def test_verify_records_how_a_ppo_checkpoint_was_trained(checkpoint_file):
+    """PPO's stabilisers as its config stored them, in the JSON and under the table; a file
+    older than a setting shows the default it was trained with."""
+
+    def stabilised(payload):
+        params = payload["config"]["algo_params"]
+        params |= {"learning_rate_schedule": "adaptive_kl", "desired_kl": 0.02, "rpo_alpha": 0.5}
+        del params["policy_last_layer_scale"]  # as a file from before the setting
+
+    path = checkpoint_file(stabilised)
+    report = json.loads(runner.invoke(app, ["verify", "--json", str(path)]).output)
+    assert report["training"] == {
+        "learning_rate_schedule": "adaptive_kl",
+        "desired_kl": 0.02,
+        "policy_last_layer_scale": 1.0,
+        "rpo_alpha": 0.5,
+    }
+    shown = runner.invoke(app, ["verify", str(path)], env={"COLUMNS": "200"}).output
+    assert (
+        "trained with: learning_rate_schedule adaptive_kl, desired_kl 0.02, "
+        "policy_last_layer_scale 1.0, rpo_alpha 0.5"
+    ) in shown
+    assert audit_checkpoint(checkpoint_file()).training["rpo_alpha"] is None

@@ -59,6 +59,15 @@ class ClipExport(nn.Module):
         return torch.clamp(self.mean_network(obs), self.low, self.high)
 
 
+def policy_output_layer(actor: Any) -> nn.Linear | None:
+    """The output layer of a Gaussian actor's MLP mean (what PPO's ``policy_last_layer_scale``
+    scales), or None for an actor whose mean is not such an MLP."""
+    network = getattr(actor, "mean_network", None)
+    if not isinstance(actor, GaussianPolicyActor) or not isinstance(network, nn.Sequential):
+        return None
+    return network[-1] if len(network) and isinstance(network[-1], nn.Linear) else None
+
+
 class GaussianPolicyActor(nn.Module):
     """Diagonal Gaussian policy ``N(mu(obs), exp(log_std))`` for PPO.
 

@@ -146,13 +146,15 @@ class Algorithm:
             beyond the policy actor). ``drl tune``'s population-based training, whose trials
             resume from each other's checkpoints with other values, refuses a searched key
             that changes one.
-        check_actor: what the algorithm needs of a policy actor beyond the contract
-            ``(actor, obs_dim, action_dim)``, run on the driver's probe before anything starts
-            (PolicyActorContractError).
+        check_actor: what the algorithm and its params need of a policy actor beyond the
+            contract ``(actor, params, obs_dim, action_dim)``, run on the driver's probe before
+            anything starts (PolicyActorContractError).
         replay_saving: ``params -> whether the run saves its replay buffer``, for algorithms
             whose round loop implements ``ReplaySaving``; None when it cannot.
         memory_needs: ``(params, RunShape) -> [MemoryNeed]``: its large allocations (rollouts,
             replay buffers, networks beyond the policy actor), checked before anything starts.
+        audited_params: the params ``drl verify`` records of a checkpoint (how it was
+            trained beyond the defaults' algorithm: PPO's stabilisers).
     """
 
     name: str
@@ -176,9 +178,12 @@ class Algorithm:
     check_resume_actor: Callable[[Any, dict[str, Any]], str | None] = lambda params, semantics: None
     resume_fixed_params: tuple[str, ...] = ()
     other_builtin_builders: tuple[str, ...] = ()
-    check_actor: Callable[[Any, int, int], None] = lambda actor, obs_dim, action_dim: None
+    check_actor: Callable[[Any, Any, int, int], None] = lambda actor, params, obs_dim, action_dim: (
+        None
+    )
     replay_saving: Callable[[Any], bool] | None = None
     memory_needs: Callable[[Any, RunShape], list[MemoryNeed]] = lambda params, shape: []
+    audited_params: tuple[str, ...] = ()
 
     @property
     def off_policy(self) -> OffPolicy | None:

@@ -21,6 +21,9 @@ class AuditReport:
     actor_semantics: dict | None = None
     # A recurrent policy's core and state layout (ADR 0018), None for a one-step one.
     recurrent: dict | None = None
+    # The algorithm's audited params as the checkpoint's config holds them (PPO's
+    # stabilisers), None where the algorithm records none or the config is unreadable.
+    training: dict | None = None
 
     @property
     def failed(self) -> bool:
@@ -43,6 +46,7 @@ class AuditReport:
                 "ok": not self.failed,
                 "actor_semantics": self.actor_semantics,
                 "recurrent": self.recurrent,
+                "training": self.training,
                 "checks": [asdict(check) for check in self.checks],
             },
             indent=2,
@@ -61,7 +65,29 @@ def audit_checkpoint(path: str | Path, payload: dict | None = None) -> AuditRepo
         checks,
         _plain(semantics) if isinstance(semantics, dict) else None,
         _recurrent(payload.get("actor")),
+        _training(payload),
     )
+
+
+def _training(payload: dict) -> dict | None:
+    """The algorithm's ``audited_params`` from the checkpoint's stored config; a setting the
+    config lacks (a file older than the setting) is the default it was trained with."""
+    from drlcli.algos.registry import get_algorithm
+    from drlcli.errors import ConfigError
+
+    try:
+        algorithm = get_algorithm(payload.get("algo"))
+    except ConfigError:  # the checks name the unknown algorithm
+        return None
+    config = payload.get("config")
+    stored = config.get("algo_params") if isinstance(config, dict) else None
+    if not algorithm.audited_params or not isinstance(stored, dict):
+        return None
+    defaults = algorithm.params_type()
+    return {
+        name: _plain(stored[name] if name in stored else getattr(defaults, name))
+        for name in algorithm.audited_params
+    }
 
 
 def _recurrent(actor: Any) -> dict | None:

@@ -45,7 +45,7 @@ def probe_actor(algorithm: Algorithm, config: Config, facts: EnvFacts) -> Probed
         action_low=facts.action_low,
         action_high=facts.action_high,
     )
-    algorithm.check_actor(probe, facts.obs_dim, facts.action_dim)
+    algorithm.check_actor(probe, config.algo_params, facts.obs_dim, facts.action_dim)
     return ProbedActor(
         spec=spec,
         semantics=actor_semantics(spec, facts.obs_dim, facts.action_dim, probe.action_transform_id),

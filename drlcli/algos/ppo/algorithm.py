@@ -8,7 +8,7 @@ from typing import Any
 from drlcli.actors.recurrent_layout import core_of, core_of_kwargs, describe_core
 from drlcli.actors.spec import RECURRENT_GAUSSIAN_BUILDER, ActorSpec
 from drlcli.algos.entry_types import Algorithm, MemoryNeed, PPORounds, RunShape
-from drlcli.algos.ppo.params import PPOParams
+from drlcli.algos.ppo.params import STABILISERS, PPOParams
 from drlcli.normalization import reward_scaler_state_problem
 
 GAUSSIAN_BUILDER = "drlcli.actors.gaussian:build_gaussian_actor"
@@ -120,11 +120,29 @@ def recurrent_policy_problem(params: PPOParams, semantics: dict[str, Any]) -> st
     )
 
 
-def check_actor(actor: Any, obs_dim: int, action_dim: int) -> None:
-    """PPO's learner calls ``log_prob_and_entropy`` (``OnPolicyActor`` in the contract)."""
-    from drlcli.actors.contract import validate_on_policy_actor
+def check_actor(actor: Any, params: PPOParams, obs_dim: int, action_dim: int) -> None:
+    """PPO's learner calls ``log_prob_and_entropy`` (``OnPolicyActor`` in the contract);
+    ``policy_last_layer_scale`` needs the built-in policy's output layer, ``rpo_alpha`` a policy
+    whose log-prob is of the pre-transform sample around its mean (``clip``)."""
+    from drlcli.actors.contract import ENV_SIDE_TRANSFORMS, validate_on_policy_actor
+    from drlcli.actors.gaussian import policy_output_layer
+    from drlcli.errors import PolicyActorContractError
 
     validate_on_policy_actor(actor, obs_dim)
+    name = type(actor).__name__
+    if params.policy_last_layer_scale != 1.0 and policy_output_layer(actor) is None:
+        raise PolicyActorContractError(
+            "algo_params.policy_last_layer_scale scales the output layer of a Gaussian "
+            f"policy's MLP mean; policy actor {name} has none: initialise its layers in its "
+            "builder, or remove policy_last_layer_scale"
+        )
+    if params.rpo_alpha is not None and actor.action_transform_id not in ENV_SIDE_TRANSFORMS:
+        raise PolicyActorContractError(
+            f"algo_params.rpo_alpha shifts the policy's mean, which PPO computes as the stored "
+            f"pre-transform action shifted back; policy actor {name}'s log-prob is of the "
+            f"{actor.action_transform_id!r}-transformed action: remove rpo_alpha, or use an "
+            "actor whose action_transform_id is 'clip'"
+        )
 
 
 def ppo_memory_needs(params: PPOParams, shape: RunShape) -> list[MemoryNeed]:
@@ -173,4 +191,5 @@ PPO = Algorithm(
     resume_fixed_params=("value_network_hidden_sizes", "recurrent_core"),
     check_actor=check_actor,
     memory_needs=ppo_memory_needs,
+    audited_params=STABILISERS,
 )

@@ -19,11 +19,12 @@ import numpy as np
 import torch
 
 from drlcli.actors.contract import validate_on_policy_actor
+from drlcli.actors.gaussian import policy_output_layer
 from drlcli.actors.spec import ActorSpec, build_policy_actor
 from drlcli.algos.ppo.buffer import ReplayBuffer
 from drlcli.algos.ppo.closed_form import ClosedFormGradients
 from drlcli.algos.ppo.networks import build_value_network
-from drlcli.algos.ppo.params import PPOParams
+from drlcli.algos.ppo.params import ADAPTIVE_KL_BOUNDS, ADAPTIVE_KL_FACTOR, PPOParams
 from drlcli.algos.ppo.sequences import (
     chunk_trajectory,
     core_state,
@@ -140,6 +141,32 @@ def approx_kl(logratio: torch.Tensor | np.ndarray) -> float:
     return float((ratio - 1 - logratio).mean())
 
 
+def adapted_learning_rate(learning_rate: float, kl: float, desired_kl: float) -> float:
+    """The ``adaptive_kl`` schedule's next step size after a minibatch whose approximate KL is
+    ``kl``: divided by ``ADAPTIVE_KL_FACTOR`` above ``2 * desired_kl``, multiplied by it below
+    ``desired_kl / 2``, kept within ``ADAPTIVE_KL_BOUNDS`` (rsl_rl's rule). A KL that is not
+    finite leaves it as it is: the round's non-finite check names the cause."""
+    low, high = ADAPTIVE_KL_BOUNDS
+    if kl > 2.0 * desired_kl:
+        return max(low, learning_rate / ADAPTIVE_KL_FACTOR)
+    if kl < 0.5 * desired_kl:
+        return min(high, learning_rate * ADAPTIVE_KL_FACTOR)
+    return learning_rate
+
+
+def rpo_shifted_actions(
+    actions: torch.Tensor, alpha: float, generator: torch.Generator
+) -> torch.Tensor:
+    """Robust Policy Optimization's perturbation, as the stored actions shifted by ``-z``,
+    ``z ~ U(-alpha, alpha)`` per sample and action dimension: for a policy distribution located
+    at its mean (the Gaussian of a ``clip`` actor), ``log pi(a | mu + z) = log pi(a - z | mu)``,
+    so every actor's ``log_prob_and_entropy`` and the closed form compute RPO's loss unchanged.
+    ``actions``: ``[..., A]``; ``z`` is drawn on the CPU from ``generator`` (the learner's
+    checkpointed minibatch generator: a resumed run draws the same noise)."""
+    noise = torch.rand(actions.shape, generator=generator, dtype=actions.dtype)
+    return actions - (2.0 * noise - 1.0).mul_(alpha).to(actions.device)
+
+
 @dataclass
 class RoundClock:
     """Where the run stands as each round starts, kept by the learner for its learning-rate
@@ -201,6 +228,8 @@ class Learner:
         policy_dim, critic_dim = self.groups.widths(obs_dim)
         self.actor = build_policy_actor(actor_spec, policy_dim, action_dim, self.device)
         validate_on_policy_actor(self.actor, policy_dim)
+        if params.policy_last_layer_scale != 1.0:
+            scale_policy_output_layer(self.actor, params.policy_last_layer_scale)
         self.value_network = build_value_network(params, critic_dim).to(self.device)
         # Small networks make each minibatch step overhead-bound: with all parameters in one
         # flat tensor, zeroing, global gradient clipping and the (fused) Adam step are one
@@ -265,7 +294,10 @@ class Learner:
 
     def learning_rate(self, fraction_done: float) -> float:
         """The step size of a round that starts ``fraction_done`` into the run: linear decay
-        to 0 with ``anneal_learning_rate``, else constant."""
+        to 0 with ``anneal_learning_rate``, else constant; under ``adaptive_kl``, the step size
+        the previous minibatches left (the optimiser's, checkpointed with it)."""
+        if self.params.learning_rate_schedule == "adaptive_kl":
+            return float(self.optimizer.param_groups[0]["lr"])
         if not self.params.anneal_learning_rate:
             return self.params.learning_rate
         return self.params.learning_rate * (1.0 - fraction_done)
@@ -416,6 +448,10 @@ class Learner:
             order = torch.randperm(rows, generator=self.shuffle_generator).to(self.device)
             # One gather per column and epoch; closed form reads numpy views of them.
             shuffled = {name: column[order] for name, column in columns.items()}
+            if p.rpo_alpha is not None:
+                shuffled["actions"] = rpo_shifted_actions(
+                    shuffled["actions"], p.rpo_alpha, self.shuffle_generator
+                )
             if self.closed_form is not None:
                 shuffled = {name: column.numpy() for name, column in shuffled.items()}
             for start in range(0, num_minibatches * minibatch_size, minibatch_size):
@@ -424,6 +460,8 @@ class Learner:
                     for name, column in shuffled.items()
                 }
                 stats = self.minibatch_gradients(**minibatch)
+                if p.learning_rate_schedule == "adaptive_kl":
+                    self._adapt_learning_rate(approx_kl(stats["logratio"]))
                 grad_norm = self.flat.clip_grad_norm(p.max_grad_norm)
                 self.flat.adam_step(self.optimizer)
                 self.actor.normalize_parameters()
@@ -440,6 +478,8 @@ class Learner:
                 break
 
         metrics = self._round_metrics(columns, stat_rows)
+        if p.learning_rate_schedule == "adaptive_kl":  # where the round's minibatches left it
+            learning_rate = float(self.optimizer.param_groups[0]["lr"])
         metrics |= {
             "learning_rate": learning_rate,
             "epochs": float(epochs_done),
@@ -490,6 +530,11 @@ class Learner:
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate
         return learning_rate
+
+    def _adapt_learning_rate(self, kl: float) -> None:
+        """The ``adaptive_kl`` step after a minibatch of approximate KL ``kl``."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = adapted_learning_rate(group["lr"], kl, self.params.desired_kl)
 
     def _round_metrics(
         self, columns: dict[str, torch.Tensor], stat_rows: list[tuple[Any, ...]]
@@ -544,6 +589,19 @@ class Learner:
             "grad_norm": means[3],
             "explained_variance": explained,
         }
+
+
+def scale_policy_output_layer(actor: torch.nn.Module, scale: float) -> None:
+    """Multiply the initial weights of the policy mean's output layer by ``scale``
+    (``policy_last_layer_scale``; the driver's probe refuses an actor without that layer)."""
+    layer = policy_output_layer(actor)
+    if layer is None:
+        raise PolicyActorContractError(
+            f"policy actor {type(actor).__name__} has no MLP mean whose output layer "
+            "policy_last_layer_scale could scale"
+        )
+    with torch.no_grad():
+        layer.weight.mul_(scale)
 
 
 def trimmed(chunks: dict[str, torch.Tensor]) -> Iterator[tuple[str, torch.Tensor]]:

@@ -12,6 +12,14 @@ from drlcli.actors.recurrent_layout import CELLS
 from drlcli.config_fields import in_range, one_of, positive
 from drlcli.normalization import DEFAULT_OBSERVATION_CLIP
 
+LEARNING_RATE_SCHEDULES = ("anneal", "adaptive_kl")
+ADAPTIVE_KL_FACTOR = 1.5
+"""rsl_rl's step: the learning rate is divided or multiplied by this per minibatch."""
+ADAPTIVE_KL_BOUNDS = (1e-5, 1e-2)
+"""The ``adaptive_kl`` schedule's step sizes stay within these (rsl_rl's)."""
+STABILISERS = ("learning_rate_schedule", "desired_kl", "policy_last_layer_scale", "rpo_alpha")
+"""PPO's optional stabilisers, each off by default: ``drl verify`` records a checkpoint's."""
+
 
 @dataclass(frozen=True)
 class RecurrentParams:
@@ -43,7 +51,16 @@ class PPOParams:
     learning_rate: float = field(default=3e-4, metadata=in_range(0.0, low_open=True))
     """Adam step size at the start of the run."""
     anneal_learning_rate: bool = True
-    """Decay the learning rate linearly to 0 over ``total_env_steps``."""
+    """Decay the learning rate linearly to 0 over ``total_env_steps`` (the ``anneal``
+    schedule; false: constant)."""
+    learning_rate_schedule: str = field(default="anneal", metadata=one_of(*LEARNING_RATE_SCHEDULES))
+    """``anneal``: as ``anneal_learning_rate`` says. ``adaptive_kl``: start at
+    ``learning_rate``, then after each minibatch's gradient divide the step size by 1.5 where
+    the minibatch's approximate KL exceeds ``2 * desired_kl`` and multiply it by 1.5 where it is
+    under ``desired_kl / 2``, within [1e-5, 1e-2] (rsl_rl's ``schedule: adaptive``); the step
+    size is in the optimiser's checkpointed state."""
+    desired_kl: float = field(default=0.01, metadata=in_range(0.0, low_open=True))
+    """The KL the ``adaptive_kl`` schedule steers each minibatch's update to."""
     num_epochs: int = field(default=10, metadata=positive())
     """Passes over each round's data (K in the paper)."""
     num_minibatches: int = field(default=32, metadata=positive())
@@ -70,6 +87,15 @@ class PPOParams:
     """Hidden nonlinearity of both networks."""
     init_log_std: float = 0.0
     """Initial state-independent log standard deviation of the Gaussian policy."""
+    policy_last_layer_scale: float = field(default=1.0, metadata=in_range(0.0, low_open=True))
+    """Factor on the initial weights of the built-in policy mean's output layer (orthogonal,
+    gain 0.01 as CleanRL's, times this): 0.01 makes the first policy's actions near the
+    centre of their range (Andrychowicz et al. 2021, "What Matters in On-Policy RL")."""
+    rpo_alpha: float | None = field(default=None, metadata=in_range(0.0, low_open=True))
+    """Robust Policy Optimization (Rahman and Xue 2022; CleanRL's ``rpo_continuous_action``,
+    0.5): in the update, each sample's policy mean is shifted by noise drawn uniformly from
+    [-rpo_alpha, rpo_alpha] per action dimension, anew each epoch; sampling, evaluation and
+    export use the mean unshifted. null: PPO."""
     normalize_observations: bool = True
     """Standardise observations with running statistics merged across rollout actors."""
     observation_warmup_steps: int | None = field(default=None, metadata=positive())

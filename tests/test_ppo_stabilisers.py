@@ -1,0 +1,260 @@
+"""PPO's stabilisers (issue 59), each against a hand computation: the adaptive-KL learning
+rate (rsl_rl's rule), Robust Policy Optimization's mean perturbation, the policy's last-layer
+scale; their refusals and their exact resume."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from drlcli.actors.gaussian import policy_output_layer
+from drlcli.actors.spec import ActorSpec, build_policy_actor
+from drlcli.algos.ppo.algorithm import check_actor, gaussian_actor_spec
+from drlcli.algos.ppo.learner import (
+    Learner,
+    adapted_learning_rate,
+    approx_kl,
+    rpo_shifted_actions,
+)
+from drlcli.algos.ppo.params import PPOParams, RecurrentParams
+from drlcli.config import config_from_dict
+from drlcli.errors import ConfigError, PolicyActorContractError
+
+OBS_DIM, ACTION_DIM, ROWS = 5, 2, 64
+PARAMS = PPOParams(num_epochs=2, num_minibatches=4, hidden_sizes=(16, 16))
+
+
+def _learner(params: PPOParams, closed_form: bool = True, seed: int = 3) -> Learner:
+    spec = gaussian_actor_spec(params, [-1.0] * ACTION_DIM, [1.0] * ACTION_DIM)
+    return Learner(spec, OBS_DIM, ACTION_DIM, params, seed=seed, closed_form=closed_form)
+
+
+def _round(seed: int, logp_offset: float = 0.0) -> dict[str, np.ndarray]:
+    """A round's trajectory; ``logp_offset`` moves the stored log-probs from the policy's."""
+    rng = np.random.default_rng(seed)
+    return {
+        "obs": rng.standard_normal((ROWS, OBS_DIM)).astype(np.float32),
+        "act": (rng.standard_normal((ROWS, ACTION_DIM)) * 0.5).astype(np.float32),
+        "logp": np.full(ROWS, -1.9 + logp_offset, dtype=np.float32),
+        "value": rng.standard_normal(ROWS).astype(np.float32),
+        "adv": rng.standard_normal(ROWS).astype(np.float32),
+        "ret": rng.standard_normal(ROWS).astype(np.float32),
+    }
+
+
+def _train(learner: Learner, seed: int, fraction_done: float = 0.0):
+    learner.add(_round(seed))
+    return learner.train_step(fraction_done)
+
+
+# --- adaptive KL ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("learning_rate", "kl", "expected"),
+    [
+        (3e-4, 0.021, 3e-4 / 1.5),  # above 2 * desired_kl: smaller
+        (3e-4, 0.0049, 3e-4 * 1.5),  # under desired_kl / 2: larger
+        (3e-4, 0.02, 3e-4),  # on the band's edges: unchanged
+        (3e-4, 0.005, 3e-4),
+        (1.2e-5, 1.0, 1e-5),  # the bounds hold
+        (9e-3, 0.0, 1e-2),
+        (3e-4, math.nan, 3e-4),  # a NaN KL leaves it (the round's check names the NaN)
+    ],
+)
+def test_the_adaptive_kl_step_is_rsl_rls_rule(learning_rate, kl, expected):
+    assert adapted_learning_rate(learning_rate, kl, desired_kl=0.01) == pytest.approx(expected)
+
+
+def test_adaptive_kl_replays_by_hand_minibatch_by_minibatch():
+    """The learning rate after each minibatch is the hand-applied rule on the KL that
+    minibatch measured before its step; the round reports where it ended."""
+    params = dataclasses.replace(
+        PARAMS, learning_rate_schedule="adaptive_kl", desired_kl=0.002, learning_rate=3e-3
+    )
+    learner = _learner(params)
+    seen: list[tuple[float, float]] = []  # (kl, learning rate the step then used)
+    compute = learner.minibatch_gradients
+
+    def recording(**minibatch):
+        stats = compute(**minibatch)
+        seen.append((approx_kl(stats["logratio"]), None))
+        return stats
+
+    step = learner.flat.adam_step
+
+    def recording_step(optimizer):
+        seen[-1] = (seen[-1][0], optimizer.param_groups[0]["lr"])
+        step(optimizer)
+
+    learner.minibatch_gradients = recording
+    learner.flat.adam_step = recording_step
+    _, metrics = _train(learner, seed=1, fraction_done=0.5)  # the fraction is not read
+    expected = params.learning_rate
+    for kl, used in seen:
+        expected = adapted_learning_rate(expected, kl, params.desired_kl)
+        assert used == expected
+    assert len(seen) == params.num_epochs * params.num_minibatches
+    assert len({used for _, used in seen}) > 1  # the rule acted
+    assert metrics["learning_rate"] == expected == learner.optimizer.param_groups[0]["lr"]
+
+
+def test_the_anneal_schedule_is_unchanged_by_desired_kl():
+    learner = _learner(dataclasses.replace(PARAMS, desired_kl=1e-6))
+    _, metrics = _train(learner, seed=1, fraction_done=0.25)
+    assert metrics["learning_rate"] == pytest.approx(PARAMS.learning_rate * 0.75)
+
+
+def test_adaptive_kl_resumes_from_the_step_size_it_reached():
+    """The step size lives in the optimiser's checkpointed state: a learner restored from a
+    state_dict trains the next round exactly as the one never stopped."""
+    params = dataclasses.replace(PARAMS, learning_rate_schedule="adaptive_kl", desired_kl=1e-3)
+    whole = _learner(params)
+    _train(whole, seed=1)
+    buffer = io.BytesIO()  # through bytes, as a checkpoint holds it
+    torch.save(whole.state_dict(), buffer)
+    buffer.seek(0)
+    saved = torch.load(buffer, weights_only=False)
+    reached = whole.optimizer.param_groups[0]["lr"]
+    assert reached != params.learning_rate
+    resumed = _learner(params, seed=99)
+    resumed.load_state_dict(saved)
+    assert resumed.optimizer.param_groups[0]["lr"] == reached
+    (state, metrics), (resumed_state, resumed_metrics) = _train(whole, 2), _train(resumed, 2)
+    assert metrics == resumed_metrics
+    for part in ("actor", "value"):
+        for name, tensor in state[part].items():
+            assert torch.equal(tensor, resumed_state[part][name]), name
+
+
+# --- Robust Policy Optimization ------------------------------------------------------------
+
+
+def test_rpo_is_the_log_prob_of_the_shifted_mean():
+    """``log pi(a | mu + z) = log pi(a - z | mu)`` for the built-in actors, the recurrent one
+    included: what the learner computes with the stored actions shifted back."""
+    torch.manual_seed(0)
+    obs = torch.randn(7, OBS_DIM)
+    actions = torch.randn(7, ACTION_DIM)
+    generator = torch.Generator().manual_seed(4)
+    shifted = rpo_shifted_actions(actions, 0.5, generator)
+    shift = actions - shifted  # z
+    assert shift.abs().max() <= 0.5 and shift.abs().min() > 0
+    assert shift.std() > 0.1  # drawn, not constant
+    actor = _learner(PARAMS).actor
+    with torch.no_grad():
+        mean, std = actor.get_mean_and_std(obs)
+        expected = torch.distributions.Normal(mean + shift, std).log_prob(actions).sum(-1)
+        got, entropy = actor.log_prob_and_entropy(obs, shifted)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(entropy, torch.distributions.Normal(mean, std).entropy().sum(-1))
+
+
+def test_rpo_changes_the_update_draws_anew_each_epoch_and_matches_autograd():
+    params = dataclasses.replace(PARAMS, rpo_alpha=0.5)
+    plain_state, _ = _train(_learner(PARAMS), seed=1)
+    closed, autograd = _learner(params, closed_form=True), _learner(params, closed_form=False)
+    assert closed.closed_form is not None and autograd.closed_form is None
+    (state, metrics), (reference, reference_metrics) = _train(closed, 1), _train(autograd, 1)
+    for part in ("actor", "value"):
+        for name, tensor in state[part].items():
+            torch.testing.assert_close(tensor, reference[part][name], rtol=1e-4, atol=1e-5)
+    for name, value in metrics.items():
+        assert value == pytest.approx(reference_metrics[name], rel=1e-4, abs=1e-6), name
+    mean_weight = "mean_network.4.weight"
+    assert not torch.allclose(state["actor"][mean_weight], plain_state["actor"][mean_weight])
+    # Each epoch's noise is new: two epochs of one round do not see the same shift.
+    generator = torch.Generator().manual_seed(0)
+    actions = torch.zeros(ROWS, ACTION_DIM)
+    first, second = (rpo_shifted_actions(actions, 0.5, generator) for _ in range(2))
+    assert not torch.equal(first, second)
+
+
+def test_rpo_reaches_a_recurrent_policys_chunks():
+    """The recurrent path reads the same shifted actions ``[C, L, A]``: a round trains and
+    differs from the round without RPO."""
+    recurrent = RecurrentParams(cell="gru", size=8, sequence_length=4)
+    states = []
+    for rpo_alpha in (None, 0.5):
+        params = dataclasses.replace(PARAMS, recurrent=recurrent, rpo_alpha=rpo_alpha)
+        spec = gaussian_actor_spec(params, [-1.0] * ACTION_DIM, [1.0] * ACTION_DIM)
+        learner = Learner(spec, OBS_DIM, ACTION_DIM, params, seed=3)
+        rng = np.random.default_rng(0)
+        steps = 16
+        trajectory = _round(1)
+        trajectory = {k: v[:steps] for k, v in trajectory.items()}
+        trajectory["episode_start"] = np.zeros((steps, 1), dtype=bool)  # [T, envs]
+        trajectory["episode_start"][[0, 9]] = True
+        for name in ("policy_state", "value_state"):  # a GRU's [layers, size] per step
+            trajectory[name] = rng.standard_normal((steps, 1, 8)).astype(np.float32)
+        learner.add(trajectory)
+        states.append(learner.train_step(0.0)[0])
+    weight = "mean_network.2.weight"
+    assert not torch.equal(states[0]["actor"][weight], states[1]["actor"][weight])
+
+
+# --- the policy's last layer ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("recurrent", [None, RecurrentParams(cell="lstm", size=8)])
+def test_the_last_layer_scale_multiplies_the_initial_output_weights(recurrent):
+    base = dataclasses.replace(PARAMS, recurrent=recurrent)
+    plain = _learner(base).actor
+    scaled = _learner(dataclasses.replace(base, policy_last_layer_scale=0.01)).actor
+    plain_layer, scaled_layer = policy_output_layer(plain), policy_output_layer(scaled)
+    assert plain_layer is not None and scaled_layer is not None
+    torch.testing.assert_close(scaled_layer.weight, plain_layer.weight * 0.01)
+    for (name, tensor), (_, reference) in zip(
+        scaled.state_dict().items(), plain.state_dict().items(), strict=True
+    ):
+        if not name.endswith(f"{len(plain.mean_network) - 1}.weight") or "mean" not in name:
+            assert torch.equal(tensor, reference), name  # nothing else moved
+
+
+# --- refusals ------------------------------------------------------------------------------
+
+
+def _custom(builder: str, **kwargs):
+    spec = ActorSpec(builder, {"action_low": [-1.0], "action_high": [1.0], **kwargs})
+    return build_policy_actor(spec, 4, 1)
+
+
+def test_an_actor_without_an_mlp_mean_refuses_the_last_layer_scale_in_one_line():
+    actor = _custom("tests.custom_actors:build_shifted_gaussian", shift=0.1)
+    params = dataclasses.replace(PARAMS, policy_last_layer_scale=0.01)
+    with pytest.raises(PolicyActorContractError) as refused:
+        check_actor(actor, params, 4, 1)
+    assert "policy actor ShiftedGaussianActor has none" in str(refused.value)
+    assert "\n" not in str(refused.value)
+    check_actor(actor, PARAMS, 4, 1)  # without the setting it is a valid PPO actor
+
+
+def test_an_actor_whose_log_prob_is_of_a_transformed_action_refuses_rpo(monkeypatch):
+    actor = _custom("tests.custom_actors:build_shifted_gaussian", shift=0.1)
+    monkeypatch.setattr(actor, "action_transform_id", "tanh_affine")
+    with pytest.raises(PolicyActorContractError, match="'tanh_affine'-transformed action"):
+        check_actor(actor, dataclasses.replace(PARAMS, rpo_alpha=0.5), 4, 1)
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"rpo_alpha": 0}, "algo_params.rpo_alpha"),
+        ({"rpo_alpha": -0.5}, "algo_params.rpo_alpha"),
+        ({"desired_kl": 0}, "algo_params.desired_kl"),
+        ({"learning_rate_schedule": "cosine"}, "algo_params.learning_rate_schedule"),
+        ({"policy_last_layer_scale": 0}, "algo_params.policy_last_layer_scale"),
+        ({"policy_last_layer_scale": "small"}, "algo_params.policy_last_layer_scale"),
+    ],
+)
+def test_bad_stabiliser_values_are_one_line(entry, message):
+    raw = {"algo": "ppo", "env": {"id": "InvertedPendulum-v5"}, "algo_params": entry}
+    with pytest.raises(ConfigError) as refused:
+        config_from_dict(raw)
+    assert str(refused.value).startswith(message)
+    assert "\n" not in str(refused.value)
