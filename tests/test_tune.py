@@ -340,6 +340,27 @@ def test_pbt_refuses_a_key_whose_values_a_resume_cannot_take(files, tmp_path):
         "search: {scheduler: pbt, perturbation_evaluations: 1}\n"
     )
     assert result.exit_code == 0, result.output
+    # Under adaptive_kl a resume keeps the step size it reached: PBT could not change it.
+    adaptive = config.read_text().replace(
+        "hidden_sizes:", "learning_rate_schedule: adaptive_kl, hidden_sizes:"
+    )
+    config.write_text(adaptive)
+    refused = dry_run(
+        "space: {algo_params.learning_rate: {loguniform: [1.0e-4, 1.0e-3]}}\n"
+        "search: {scheduler: pbt}\n"
+    )
+    assert refused.exit_code == 2
+    (line,) = refused.output.strip().splitlines()
+    assert line.startswith(
+        f"error: {space}: space.algo_params.learning_rate: a trial resuming from another's "
+        "checkpoint does not read learning_rate"
+    ), line
+    config.write_text(adaptive.replace("learning_rate_schedule: adaptive_kl, ", ""))
+    result = dry_run(
+        "space: {algo_params.learning_rate: {loguniform: [1.0e-4, 1.0e-3]}}\n"
+        "search: {scheduler: pbt, perturbation_evaluations: 1}\n"
+    )
+    assert result.exit_code == 0, result.output
     assert "PBT: every 1 evaluation, the bottom 25% continue from the top 25%" in result.output
     assert "random" in result.output
 

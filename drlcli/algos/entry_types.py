@@ -155,6 +155,9 @@ class Algorithm:
             replay buffers, networks beyond the policy actor), checked before anything starts.
         audited_params: the params ``drl verify`` records of a checkpoint (how it was
             trained beyond the defaults' algorithm: PPO's stabilisers).
+        resume_ignored_params: ``params -> names``: the params a resumed run does not read,
+            its checkpoint's state holding what they started (PPO's ``learning_rate`` under
+            ``adaptive_kl``); population-based training refuses to search them.
     """
 
     name: str
@@ -184,6 +187,7 @@ class Algorithm:
     replay_saving: Callable[[Any], bool] | None = None
     memory_needs: Callable[[Any, RunShape], list[MemoryNeed]] = lambda params, shape: []
     audited_params: tuple[str, ...] = ()
+    resume_ignored_params: Callable[[Any], tuple[str, ...]] = lambda params: ()
 
     @property
     def off_policy(self) -> OffPolicy | None:

@@ -153,6 +153,16 @@ def check_resumable_dimensions(base: dict[str, Any], config: Any, dimensions: An
     algorithm = get_algorithm(config.algo)
     reference = probe_actor(algorithm, config, facts)
     for dimension in dimensions:
+        name = dimension.key.removeprefix("algo_params.")
+        if dimension.key.startswith("algo_params.") and name in algorithm.resume_ignored_params(
+            config.algo_params
+        ):
+            raise ConfigError(
+                f"space.{dimension.key}: a trial resuming from another's checkpoint does not "
+                f"read {name} under this config ({algorithm.name} keeps what it started in the "
+                "checkpoint: learning_rate_schedule adaptive_kl), so population-based training "
+                "could not change it: search desired_kl, or use scheduler: asha or none"
+            )
         ends = dimension.values if dimension.kind == "choice" else (dimension.low, dimension.high)
         for value in ends:
             varied = config_from_dict(with_values(base, {dimension.key: value}))

@@ -192,4 +192,8 @@ PPO = Algorithm(
     check_actor=check_actor,
     memory_needs=ppo_memory_needs,
     audited_params=STABILISERS,
+    # The adaptive step size is the optimiser's checkpointed state; learning_rate only starts it.
+    resume_ignored_params=lambda params: (
+        ("learning_rate",) if params.learning_rate_schedule == "adaptive_kl" else ()
+    ),
 )
