@@ -258,3 +258,38 @@ def test_bad_stabiliser_values_are_one_line(entry, message):
         config_from_dict(raw)
     assert str(refused.value).startswith(message)
     assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("recurrent", [None, RecurrentParams(cell="gru", size=8)])
+def test_under_rpo_the_kl_that_adaptive_kl_reads_is_of_the_policy_not_of_its_noise(recurrent):
+    """Data sampled by the policy itself and a tiny step: the policy barely moves, so every
+    minibatch's KL is under desired_kl / 2 and the step size grows each minibatch, although
+    RPO's perturbed log-probs are far from the stored ones (their KL would shrink it)."""
+    params = dataclasses.replace(
+        PARAMS,
+        rpo_alpha=0.5,
+        learning_rate_schedule="adaptive_kl",
+        learning_rate=1e-6,
+        recurrent=recurrent,
+    )
+    learner = _learner(params)
+    trajectory = _round(1)
+    if recurrent is not None:
+        trajectory["episode_start"] = np.zeros((ROWS, 1), dtype=bool)
+        trajectory["episode_start"][0] = True
+        for name in ("policy_state", "value_state"):
+            trajectory[name] = np.zeros((ROWS, 1, 8), dtype=np.float32)
+    with torch.no_grad():  # the stored log-probs are the policy's own
+        obs, actions = torch.from_numpy(trajectory["obs"]), torch.from_numpy(trajectory["act"])
+        if recurrent is None:
+            logp, _ = learner.actor.log_prob_and_entropy(obs, actions)
+        else:  # one environment's sequence from a zero state
+            logp, _ = learner.actor.sequence_log_prob_and_entropy(
+                obs[:, None], actions[:, None], torch.zeros(1, 1, 8)
+            )
+    trajectory["logp"] = logp.reshape(ROWS).numpy()
+    learner.add(trajectory)
+    _, metrics = learner.train_step(0.0)
+    # Minibatches per epoch: 4 of 64 samples, or of 2 chunks (32 steps each) 2 of one chunk.
+    steps = params.num_epochs * (params.num_minibatches if recurrent is None else 2)
+    assert metrics["learning_rate"] == pytest.approx(1e-6 * 1.5**steps)

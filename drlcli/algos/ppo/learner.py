@@ -444,13 +444,15 @@ class Learner:
         stat_rows = []  # per minibatch: policy loss, value loss, entropy, gradient norm
         epochs_done = 0
         stop = False
+        reads_kl = p.learning_rate_schedule == "adaptive_kl" or p.target_kl is not None
         for _epoch in range(p.num_epochs):
             order = torch.randperm(rows, generator=self.shuffle_generator).to(self.device)
             # One gather per column and epoch; closed form reads numpy views of them.
             shuffled = {name: column[order] for name, column in columns.items()}
+            stored_actions = shuffled["actions"]
             if p.rpo_alpha is not None:
                 shuffled["actions"] = rpo_shifted_actions(
-                    shuffled["actions"], p.rpo_alpha, self.shuffle_generator
+                    stored_actions, p.rpo_alpha, self.shuffle_generator
                 )
             if self.closed_form is not None:
                 shuffled = {name: column.numpy() for name, column in shuffled.items()}
@@ -460,6 +462,10 @@ class Learner:
                     for name, column in shuffled.items()
                 }
                 stats = self.minibatch_gradients(**minibatch)
+                if p.rpo_alpha is not None and reads_kl:
+                    # RPO's perturbed log-prob measures its noise, not how far the policy moved.
+                    actions = stored_actions[start : start + minibatch_size]
+                    stats["logratio"] = self._policy_logratio(minibatch, actions)
                 if p.learning_rate_schedule == "adaptive_kl":
                     self._adapt_learning_rate(approx_kl(stats["logratio"]))
                 grad_norm = self.flat.clip_grad_norm(p.max_grad_norm)
@@ -530,6 +536,22 @@ class Learner:
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate
         return learning_rate
+
+    def _policy_logratio(self, minibatch: dict[str, Any], actions: Any) -> torch.Tensor:
+        """``log pi(a | s) - log pi_old(a | s)`` of a minibatch's stored (unperturbed)
+        ``actions`` under the policy now, of its real steps: what the KL of ``target_kl`` and
+        ``adaptive_kl`` reads under ``rpo_alpha``."""
+        columns = {name: torch.as_tensor(column) for name, column in minibatch.items()}
+        columns["actions"] = torch.as_tensor(actions)
+        with torch.no_grad():
+            if "mask" not in columns:
+                new_logprob, _ = self.actor.log_prob_and_entropy(columns["obs"], columns["actions"])
+                return new_logprob - columns["old_logprob"]
+            steps = {name: time_major(name, column) for name, column in trimmed(columns)}
+            new_logprob, _ = self.actor.sequence_log_prob_and_entropy(
+                steps["obs"], steps["actions"], core_state(steps["policy_state"])
+            )
+            return (new_logprob - steps["old_logprob"])[steps["mask"]]
 
     def _adapt_learning_rate(self, kl: float) -> None:
         """The ``adaptive_kl`` step after a minibatch of approximate KL ``kl``."""
