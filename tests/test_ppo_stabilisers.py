@@ -21,6 +21,7 @@ from drlcli.algos.ppo.learner import (
     approx_kl,
     rpo_shifted_actions,
 )
+from drlcli.algos.ppo.networks import ReturnStatistics
 from drlcli.algos.ppo.params import PPOParams, RecurrentParams
 from drlcli.config import config_from_dict
 from drlcli.errors import ConfigError, PolicyActorContractError
@@ -293,3 +294,108 @@ def test_under_rpo_the_kl_that_adaptive_kl_reads_is_of_the_policy_not_of_its_noi
     # Minibatches per epoch: 4 of 64 samples, or of 2 chunks (32 steps each) 2 of one chunk.
     steps = params.num_epochs * (params.num_minibatches if recurrent is None else 2)
     assert metrics["learning_rate"] == pytest.approx(1e-6 * 1.5**steps)
+
+
+# --- value-target normalisation ------------------------------------------------------------
+
+
+def test_return_statistics_merge_rounds_as_numpy_over_all_of_them():
+    statistics = ReturnStatistics()
+    rng = np.random.default_rng(0)
+    rounds = [rng.normal(300.0, 40.0, size) for size in (50, 7, 130)]
+    for returns in rounds:
+        statistics.update(torch.from_numpy(returns).float())
+    every = np.concatenate([r.astype(np.float32).astype(np.float64) for r in rounds])
+    assert float(statistics.count) == len(every)
+    assert float(statistics.mean) == pytest.approx(every.mean(), rel=1e-12)
+    assert float(statistics.var) == pytest.approx(every.var(), rel=1e-10)
+    values = torch.tensor([250.0, 300.0, 410.0])
+    normalized = statistics.normalize(values)
+    std = math.sqrt(every.var() + 1e-8)
+    expected = (values.double() - every.mean()) / std
+    torch.testing.assert_close(normalized, expected.float())
+    np.testing.assert_allclose(statistics.real(normalized.numpy()), values.numpy(), rtol=1e-6)
+    statistics.update(torch.zeros(0))  # a round without real steps changes nothing
+    assert float(statistics.count) == len(every)
+
+
+def test_normalize_value_trains_on_standardised_targets_in_closed_form_and_autograd():
+    """Returns of scale 1000: the round's statistics are numpy's, the value network learns the
+    standardised targets (closed form equals autograd), and its gradients differ from the
+    plain network's."""
+    params = dataclasses.replace(PARAMS, normalize_value=True)
+    trajectory = _round(1)
+    trajectory["ret"] = (1000.0 + 50.0 * trajectory["ret"]).astype(np.float32)
+    trajectory["value"] = (1000.0 + 50.0 * trajectory["value"]).astype(np.float32)
+    results = []
+    for closed_form in (True, False):
+        learner = _learner(params, closed_form=closed_form)
+        learner.add({k: v.copy() for k, v in trajectory.items()})
+        results.append((learner, *learner.train_step(0.0)))
+    (learner, state, metrics), (_, reference, reference_metrics) = results
+    statistics = learner.value_network.return_statistics
+    returns = trajectory["ret"].astype(np.float64)
+    assert float(statistics.mean) == pytest.approx(returns.mean())
+    assert float(statistics.var) == pytest.approx(returns.var(), rel=1e-6)
+    for name, tensor in state["value"].items():
+        torch.testing.assert_close(tensor, reference["value"][name], rtol=1e-4, atol=1e-5)
+    for name, value in metrics.items():
+        assert value == pytest.approx(reference_metrics[name], rel=1e-4, abs=1e-6), name
+    # Standardised targets: the value loss is of order 1, not of 1000^2.
+    assert metrics["Loss/value"] < 10.0
+    plain = _learner(PARAMS)
+    plain.add({k: v.copy() for k, v in trajectory.items()})
+    assert plain.train_step(0.0)[1]["Loss/value"] > 1e5
+
+
+@pytest.mark.parametrize("recurrent", [None, RecurrentParams(cell="gru", size=8)])
+def test_the_rollout_uses_de_normalised_values(recurrent):
+    """The same weights with return statistics (mean 50, var 4): every value the rollout
+    stores, and so GAE, is the plain prediction times 2 plus 50 (a recurrent critic's too)."""
+    from drlcli.config import EnvConfig
+    from drlcli.runtime.mujoco_actor import MuJoCoActor
+    from drlcli.runtime.run_context import RolloutActorContext
+
+    env = EnvConfig(id="InvertedPendulum-v5", num_envs=2, seed=5)
+    trajectories = []
+    for normalize_value in (False, True):
+        params = dataclasses.replace(PARAMS, normalize_value=normalize_value, recurrent=recurrent)
+        spec = gaussian_actor_spec(params, [-3.0], [3.0])
+        learner = Learner(spec, obs_dim=4, action_dim=1, params=params, seed=0)
+        state = learner.network_state()
+        if normalize_value:
+            state["value"]["return_statistics.mean"] = torch.tensor(50.0, dtype=torch.float64)
+            state["value"]["return_statistics.var"] = torch.tensor(4.0, dtype=torch.float64)
+        torch.manual_seed(0)
+        actor = MuJoCoActor(RolloutActorContext(0, env, spec, params, gamma=0.99))
+        trajectories.append(actor.sample(state, 30, 0.99, 0.95, None)[0])
+        actor.close()
+    plain, normalized = trajectories
+    np.testing.assert_array_equal(plain["obs"], normalized["obs"])
+    np.testing.assert_allclose(normalized["value"], plain["value"] * 2.0 + 50.0, rtol=1e-5)
+
+
+def test_normalize_value_resumes_exactly_and_refuses_the_other_setting():
+    from drlcli.algos.ppo.algorithm import value_network_problem
+
+    params = dataclasses.replace(PARAMS, normalize_value=True)
+    whole = _learner(params)
+    _train(whole, seed=1)
+    buffer = io.BytesIO()
+    torch.save(whole.state_dict(), buffer)
+    buffer.seek(0)
+    saved = torch.load(buffer, weights_only=False)
+    resumed = _learner(params, seed=99)
+    resumed.load_state_dict(saved)
+    (state, metrics), (resumed_state, resumed_metrics) = _train(whole, 2), _train(resumed, 2)
+    assert metrics == resumed_metrics
+    for part in ("actor", "value"):
+        for name, tensor in state[part].items():
+            assert torch.equal(tensor, resumed_state[part][name]), name
+    assert float(state["value"]["return_statistics.count"]) == 2 * ROWS
+    assert value_network_problem(params, saved, OBS_DIM, ACTION_DIM) is None
+    problem = value_network_problem(PARAMS, saved, OBS_DIM, ACTION_DIM)
+    assert problem == (
+        "its value network was trained with normalize_value, the config says false: resume "
+        "with the setting it was trained with"
+    )

@@ -261,6 +261,7 @@ def test_verify_records_how_a_ppo_checkpoint_was_trained(checkpoint_file):
     path = checkpoint_file(stabilised)
     report = json.loads(runner.invoke(app, ["verify", "--json", str(path)]).output)
     assert report["training"] == {
+        "normalize_value": False,
         "learning_rate_schedule": "adaptive_kl",
         "desired_kl": 0.02,
         "policy_last_layer_scale": 1.0,
@@ -268,7 +269,8 @@ def test_verify_records_how_a_ppo_checkpoint_was_trained(checkpoint_file):
     }
     shown = runner.invoke(app, ["verify", str(path)], env={"COLUMNS": "200"}).output
     assert (
-        "trained with: learning_rate_schedule adaptive_kl, desired_kl 0.02, "
+        "trained with: normalize_value False, learning_rate_schedule adaptive_kl, "
+        "desired_kl 0.02, "
         "policy_last_layer_scale 1.0, rpo_alpha 0.5"
     ) in shown
     assert audit_checkpoint(checkpoint_file()).training["rpo_alpha"] is None

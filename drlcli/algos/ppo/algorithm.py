@@ -91,6 +91,13 @@ def value_network_problem(
             f"builds {describe_core(wanted_core)} (algo_params.recurrent): resume with the "
             "recurrent settings it was trained with"
         )
+    stored_normalized = any(str(name).startswith("return_statistics.") for name in value)
+    if stored_normalized != params.normalize_value:
+        trained = "with" if stored_normalized else "without"
+        return (
+            f"its value network was trained {trained} normalize_value, the config says "
+            f"{str(params.normalize_value).lower()}: resume with the setting it was trained with"
+        )
     weights = [
         tensor
         for name, tensor in value.items()
@@ -188,7 +195,7 @@ PPO = Algorithm(
     ),
     check_learner_state=learner_state_problem,
     check_resume=value_network_problem,
-    resume_fixed_params=("value_network_hidden_sizes", "recurrent_core"),
+    resume_fixed_params=("value_network_hidden_sizes", "recurrent_core", "normalize_value"),
     check_actor=check_actor,
     memory_needs=ppo_memory_needs,
     audited_params=STABILISERS,

@@ -496,9 +496,11 @@ class Learner:
     def _round_columns(self) -> dict[str, torch.Tensor]:
         """The buffer's round as the update reads it, the buffer cleared: ``obs`` (the
         policy's), ``value_obs`` (a privileged critic's own), ``actions, old_logprob,
-        old_value, returns`` and ``advantages`` (standardised over the round's real samples
-        with ``normalize_advantages``); a recurrent policy's chunks add ``mask`` and their
-        first steps' ``policy_state`` and ``value_state``."""
+        old_value, returns`` (standardised by the value network's return statistics, updated
+        with this round's targets first, under ``normalize_value``) and ``advantages``
+        (standardised over the round's real samples with ``normalize_advantages``); a
+        recurrent policy's chunks add ``mask`` and their first steps' ``policy_state`` and
+        ``value_state``."""
         data = {k: torch.as_tensor(v, device=self.device) for k, v in self.buffer.data().items()}
         self.buffer.clear()
         mask = data.get("mask")
@@ -507,14 +509,19 @@ class Learner:
             advantages = standardize_advantages(advantages)
         elif self.params.normalize_advantages and mask is not None and mask.sum() > 1:
             advantages = standardize_masked(advantages, mask)
+        old_value, returns = data["value"], data["ret"]
+        statistics = self.value_network.return_statistics
+        if statistics is not None:  # normalize_value: the round's targets join the statistics
+            statistics.update(returns if mask is None else returns[mask])
+            old_value, returns = statistics.normalize(old_value), statistics.normalize(returns)
         obs = self.groups.policy(data["obs"])
         columns = {
             "obs": obs,
             "actions": data["act"],
             "old_logprob": data["logp"],
-            "old_value": data["value"],
+            "old_value": old_value,
             "advantages": advantages,
-            "returns": data["ret"],
+            "returns": returns,
         }
         value_obs = self.groups.critic(data["obs"])
         if value_obs is not obs:  # a privileged critic: its own observations

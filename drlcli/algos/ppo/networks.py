@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -12,13 +13,69 @@ from drlcli.actors.gaussian import mlp
 from drlcli.actors.recurrent import RecurrentCore
 from drlcli.algos.ppo.params import PPOParams
 
+RETURN_STATISTICS_EPSILON = 1e-8
+"""Added to the variance before its square root (a constant return has variance 0)."""
+
+
+class ReturnStatistics(nn.Module):
+    """Running mean and variance of the value targets (``normalize_value``, rl_games'
+    ``normalize_value``): the value network learns ``(R - mean) / std`` and its predictions
+    are de-normalised (``real``) wherever a value is used as one (GAE, the bootstrap at
+    truncation). Buffers, float64: they travel with the value network's state to the rollout
+    actors, into checkpoints and through parameter averaging."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.zeros((), dtype=torch.float64))
+        self.register_buffer("var", torch.ones((), dtype=torch.float64))
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+
+    def update(self, returns: torch.Tensor) -> None:
+        """Merge a round's value targets ``[N]`` (Chan et al.'s parallel update; the first
+        round's moments replace the initial ``(0, 1)``)."""
+        batch = returns.detach().to(torch.float64)
+        if batch.numel() == 0:
+            return
+        batch_count = float(batch.numel())
+        batch_mean, batch_var = batch.mean(), batch.var(unbiased=False)
+        total = self.count + batch_count
+        delta = batch_mean - self.mean
+        merged_m2 = (
+            self.var * self.count
+            + batch_var * batch_count
+            + delta * delta * self.count * batch_count / total
+        )
+        self.mean.add_(delta * batch_count / total)
+        self.var.copy_(merged_m2 / total)
+        self.count.copy_(total)
+
+    def std(self) -> torch.Tensor:
+        return torch.sqrt(self.var + RETURN_STATISTICS_EPSILON)
+
+    def normalize(self, values: torch.Tensor) -> torch.Tensor:
+        """``(values - mean) / std`` in ``values``' dtype."""
+        return ((values - self.mean) / self.std()).to(values.dtype)
+
+    def real(self, values: np.ndarray) -> np.ndarray:
+        """A prediction ``[N]`` as a value of the return: ``values * std + mean``."""
+        scaled = values * float(self.std()) + float(self.mean)
+        return scaled.astype(values.dtype, copy=False)
+
 
 class ValueNetwork(nn.Module):
-    """State-value function ``V(obs) -> [B]``, separate from the policy (PPO's MuJoCo setup)."""
+    """State-value function ``V(obs) -> [B]``, separate from the policy (PPO's MuJoCo setup);
+    with ``normalize_value``, of the normalised return (``return_statistics``)."""
 
-    def __init__(self, obs_dim: int, hidden_sizes: Sequence[int], activation: str) -> None:
+    def __init__(
+        self,
+        obs_dim: int,
+        hidden_sizes: Sequence[int],
+        activation: str,
+        normalize_value: bool = False,
+    ) -> None:
         super().__init__()
         self.network = mlp(obs_dim, hidden_sizes, 1, activation, output_gain=1.0)
+        self.return_statistics = ReturnStatistics() if normalize_value else None
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.network(obs).squeeze(-1)
@@ -40,10 +97,12 @@ class RecurrentValueNetwork(nn.Module):
         layers: int,
         hidden_sizes: Sequence[int],
         activation: str,
+        normalize_value: bool = False,
     ) -> None:
         super().__init__()
         self.core = RecurrentCore(cell, obs_dim, size, layers)
         self.network = mlp(size, hidden_sizes, 1, activation, output_gain=1.0)
+        self.return_statistics = ReturnStatistics() if normalize_value else None
 
     def step(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Values ``[B]`` of ``obs [B, O]`` and the state after the step."""
@@ -58,9 +117,12 @@ class RecurrentValueNetwork(nn.Module):
 
 def build_value_network(params: PPOParams, critic_dim: int) -> nn.Module:
     """PPO's value network over ``critic_dim`` observations: the MLP of
-    ``value_network_hidden_sizes``, behind its own recurrent core with ``recurrent``."""
+    ``value_network_hidden_sizes``, behind its own recurrent core with ``recurrent``, with
+    ``return_statistics`` under ``normalize_value``."""
     hidden_sizes = params.value_network_hidden_sizes
     if params.recurrent is None:
-        return ValueNetwork(critic_dim, hidden_sizes, params.activation)
+        return ValueNetwork(critic_dim, hidden_sizes, params.activation, params.normalize_value)
     cell, size, layers = params.recurrent.core
-    return RecurrentValueNetwork(critic_dim, cell, size, layers, hidden_sizes, params.activation)
+    return RecurrentValueNetwork(
+        critic_dim, cell, size, layers, hidden_sizes, params.activation, params.normalize_value
+    )

@@ -17,7 +17,13 @@ ADAPTIVE_KL_FACTOR = 1.5
 """rsl_rl's step: the learning rate is divided or multiplied by this per minibatch."""
 ADAPTIVE_KL_BOUNDS = (1e-5, 1e-2)
 """The ``adaptive_kl`` schedule's step sizes stay within these (rsl_rl's)."""
-STABILISERS = ("learning_rate_schedule", "desired_kl", "policy_last_layer_scale", "rpo_alpha")
+STABILISERS = (
+    "normalize_value",
+    "learning_rate_schedule",
+    "desired_kl",
+    "policy_last_layer_scale",
+    "rpo_alpha",
+)
 """PPO's optional stabilisers, each off by default: ``drl verify`` records a checkpoint's."""
 
 
@@ -79,6 +85,10 @@ class PPOParams:
     """End the round's update once a minibatch's approximate KL exceeds this; null: never."""
     normalize_advantages: bool = True
     """Standardise advantages over the whole round's data."""
+    normalize_value: bool = False
+    """Train the value network on standardised targets: running mean and variance of the
+    value targets (every round's, before its update), the predictions de-normalised for GAE
+    and the bootstrap at truncation; the statistics are in the value network's state."""
     hidden_sizes: tuple[int, ...] = field(default=(64, 64), metadata=positive())
     """Hidden layer widths of the policy (and of the value network unless set below)."""
     value_hidden_sizes: tuple[int, ...] | None = field(default=None, metadata=positive())

@@ -319,7 +319,7 @@ class RolloutSampler:
         """The recurrent critic's values ``[n]`` of ``obs [n, O]`` read from ``state``, and
         the state after that step."""
         features, after = self.dense_value_core.step(obs, state.numpy())
-        return self.dense_value.forward(features)[-1][:, 0], after
+        return self._real(self.dense_value.forward(features)[-1][:, 0]), after
 
     def _values(
         self, obs: np.ndarray, envs: np.ndarray | None = None, next_step: bool = False
@@ -335,8 +335,14 @@ class RolloutSampler:
                 state = state[..., torch.from_numpy(envs), :]
             return self._recurrent_values(obs, state)[0]
         if self.dense_value is None:
-            return self.value_network(torch.from_numpy(obs)).numpy()
-        return self.dense_value.forward(obs)[-1][:, 0]
+            return self._real(self.value_network(torch.from_numpy(obs)).numpy())
+        return self._real(self.dense_value.forward(obs)[-1][:, 0])
+
+    def _real(self, predicted: np.ndarray) -> np.ndarray:
+        """The value network's predictions as values of the return (``normalize_value``
+        learns standardised ones)."""
+        statistics = self.value_network.return_statistics
+        return predicted if statistics is None else statistics.real(predicted)
 
     def state_dict(self) -> dict[str, Any]:
         """What the next sample depends on beyond the parameters and statistics it is given:
