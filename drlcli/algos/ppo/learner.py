@@ -462,12 +462,15 @@ class Learner:
                     for name, column in shuffled.items()
                 }
                 stats = self.minibatch_gradients(**minibatch)
-                if p.rpo_alpha is not None and reads_kl:
-                    # RPO's perturbed log-prob measures its noise, not how far the policy moved.
-                    actions = stored_actions[start : start + minibatch_size]
-                    stats["logratio"] = self._policy_logratio(minibatch, actions)
+                kl = None
+                if reads_kl:
+                    if p.rpo_alpha is not None:
+                        # RPO's perturbed log-prob measures its noise, not the policy's move.
+                        actions = stored_actions[start : start + minibatch_size]
+                        stats["logratio"] = self._policy_logratio(minibatch, actions)
+                    kl = approx_kl(stats["logratio"])
                 if p.learning_rate_schedule == "adaptive_kl":
-                    self._adapt_learning_rate(approx_kl(stats["logratio"]))
+                    self._adapt_learning_rate(kl)
                 grad_norm = self.flat.clip_grad_norm(p.max_grad_norm)
                 self.flat.adam_step(self.optimizer)
                 self.actor.normalize_parameters()
@@ -476,7 +479,7 @@ class Learner:
                 stat_rows.append(
                     (stats["pg_loss"], stats["v_loss"], stats["entropy_loss"], grad_norm)
                 )
-                if p.target_kl is not None and approx_kl(stats["logratio"]) > p.target_kl:
+                if p.target_kl is not None and kl > p.target_kl:
                     stop = True  # KL early stop: the policy moved far enough this round
                     break
             epochs_done += 1

@@ -12,9 +12,7 @@ from torch import nn
 from drlcli.actors.gaussian import mlp
 from drlcli.actors.recurrent import RecurrentCore
 from drlcli.algos.ppo.params import PPOParams
-
-RETURN_STATISTICS_EPSILON = 1e-8
-"""Added to the variance before its square root (a constant return has variance 0)."""
+from drlcli.normalization import VARIANCE_EPSILON, RmsState, merge_rms_states
 
 
 class ReturnStatistics(nn.Module):
@@ -31,26 +29,25 @@ class ReturnStatistics(nn.Module):
         self.register_buffer("count", torch.zeros((), dtype=torch.float64))
 
     def update(self, returns: torch.Tensor) -> None:
-        """Merge a round's value targets ``[N]`` (Chan et al.'s parallel update; the first
-        round's moments replace the initial ``(0, 1)``)."""
-        batch = returns.detach().to(torch.float64)
-        if batch.numel() == 0:
+        """Merge a round's value targets ``[N]`` into the history as observation statistics
+        merge (``merge_rms_states``); the first round's moments replace the initial
+        ``(0, 1)``."""
+        batch = returns.detach().cpu().to(torch.float64).numpy()
+        if batch.size == 0:
             return
-        batch_count = float(batch.numel())
-        batch_mean, batch_var = batch.mean(), batch.var(unbiased=False)
-        total = self.count + batch_count
-        delta = batch_mean - self.mean
-        merged_m2 = (
-            self.var * self.count
-            + batch_var * batch_count
-            + delta * delta * self.count * batch_count / total
+        history = (
+            RmsState(self.mean.cpu().numpy(), self.var.cpu().numpy(), float(self.count))
+            if self.count > 0
+            else None
         )
-        self.mean.add_(delta * batch_count / total)
-        self.var.copy_(merged_m2 / total)
-        self.count.copy_(total)
+        moments = RmsState(np.array(batch.mean()), np.array(batch.var()), float(batch.size))
+        merged = merge_rms_states([history, moments])
+        self.mean.fill_(float(merged.mean))
+        self.var.fill_(float(merged.var))
+        self.count.fill_(merged.count)
 
     def std(self) -> torch.Tensor:
-        return torch.sqrt(self.var + RETURN_STATISTICS_EPSILON)
+        return torch.sqrt(self.var + VARIANCE_EPSILON)
 
     def normalize(self, values: torch.Tensor) -> torch.Tensor:
         """``(values - mean) / std`` in ``values``' dtype."""
