@@ -48,6 +48,14 @@ def _round(seed: int, logp_offset: float = 0.0) -> dict[str, np.ndarray]:
     }
 
 
+def _through_bytes(state: dict) -> dict:
+    """``state`` saved and loaded again, as a checkpoint holds it (no tensor shared)."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=False)
+
+
 def _train(learner: Learner, seed: int, fraction_done: float = 0.0):
     learner.add(_round(seed))
     return learner.train_step(fraction_done)
@@ -117,10 +125,7 @@ def test_adaptive_kl_resumes_from_the_step_size_it_reached():
     params = dataclasses.replace(PARAMS, learning_rate_schedule="adaptive_kl", desired_kl=1e-3)
     whole = _learner(params)
     _train(whole, seed=1)
-    buffer = io.BytesIO()  # through bytes, as a checkpoint holds it
-    torch.save(whole.state_dict(), buffer)
-    buffer.seek(0)
-    saved = torch.load(buffer, weights_only=False)
+    saved = _through_bytes(whole.state_dict())
     reached = whole.optimizer.param_groups[0]["lr"]
     assert reached != params.learning_rate
     resumed = _learner(params, seed=99)
@@ -381,10 +386,7 @@ def test_normalize_value_resumes_exactly_and_refuses_the_other_setting():
     params = dataclasses.replace(PARAMS, normalize_value=True)
     whole = _learner(params)
     _train(whole, seed=1)
-    buffer = io.BytesIO()
-    torch.save(whole.state_dict(), buffer)
-    buffer.seek(0)
-    saved = torch.load(buffer, weights_only=False)
+    saved = _through_bytes(whole.state_dict())
     resumed = _learner(params, seed=99)
     resumed.load_state_dict(saved)
     (state, metrics), (resumed_state, resumed_metrics) = _train(whole, 2), _train(resumed, 2)
