@@ -21,10 +21,12 @@ from drlcli.algos.ppo.learner import (
     approx_kl,
     rpo_shifted_actions,
 )
-from drlcli.algos.ppo.networks import ReturnStatistics
+from drlcli.algos.ppo.networks import ReturnStatistics, build_value_network
 from drlcli.algos.ppo.params import PPOParams, RecurrentParams
+from drlcli.algos.ppo.round_steps import STEP_COLUMNS, RoundSteps, rollout_shape
 from drlcli.config import config_from_dict
 from drlcli.errors import ConfigError, PolicyActorContractError
+from drlcli.rollout import compute_gae
 
 OBS_DIM, ACTION_DIM, ROWS = 5, 2, 64
 PARAMS = PPOParams(num_epochs=2, num_minibatches=4, hidden_sizes=(16, 16))
@@ -256,6 +258,7 @@ def test_an_actor_whose_log_prob_is_of_a_transformed_action_refuses_rpo(monkeypa
         ({"learning_rate_schedule": "cosine"}, "algo_params.learning_rate_schedule"),
         ({"policy_last_layer_scale": 0}, "algo_params.policy_last_layer_scale"),
         ({"policy_last_layer_scale": "small"}, "algo_params.policy_last_layer_scale"),
+        ({"recompute_advantages_per_epoch": "yes"}, "algo_params.recompute_advantages_per_epoch"),
     ],
 )
 def test_bad_stabiliser_values_are_one_line(entry, message):
@@ -401,3 +404,188 @@ def test_normalize_value_resumes_exactly_and_refuses_the_other_setting():
         "its value network was trained with normalize_value, the config says false: resume "
         "with the setting it was trained with"
     )
+
+
+# --- advantages recomputed per epoch -------------------------------------------------------
+
+
+def test_round_steps_recompute_each_rollouts_gae_by_hand():
+    """Two rollouts in one round: [T=2, 1 env] then [T=1, 2 envs]; gamma 0.9, lambda 0.8.
+    The first's A_1 = 2 + 0.9 * 1.0 - 0.25 = 2.65 and A_0 = (1 + 0.9 * 0.25 - 0.5) + 0.72 *
+    2.65 = 2.633; the second's steps end their rollout (A = delta), the terminated one
+    without its bootstrap: 3 - 1 = 2 and 4 + 0.9 * 2 - 1 = 4.8."""
+    steps = RoundSteps.of(
+        {
+            "reward": np.array([1.0, 2.0, 3.0, 4.0]),
+            "terminated": np.array([False, False, True, False]),
+            "truncated": np.zeros(4, dtype=bool),
+            "next_obs": np.zeros((4, 1), dtype=np.float32),
+            "rollout_step": np.array([0, 1, 0, 0], dtype=np.int32),
+        },
+        lengths=[2, 2],
+        device=torch.device("cpu"),
+    )
+    assert steps.shapes == ((2, 1), (1, 2))
+    values = np.array([0.5, 0.25, 1.0, 1.0])
+    next_values = np.array([0.25, 1.0, 7.0, 2.0])
+    advantages, returns = steps.advantages(values, next_values, gamma=0.9, gae_lambda=0.8)
+    np.testing.assert_allclose(advantages, [2.633, 2.65, 2.0, 4.8])
+    np.testing.assert_allclose(returns, advantages + values)
+
+
+def test_a_rollout_that_is_not_time_major_is_refused():
+    assert rollout_shape(np.array([0, 0, 0, 1, 1, 1])) == (2, 3)
+    for steps in ([1, 0], [0, 0, 1], [0, 1, 0, 1]):
+        with pytest.raises(ValueError, match="rollout_step"):
+            rollout_shape(np.array(steps))
+
+
+def _rollouts_with_steps(seed: int, length: int = 8, num_envs: int = 4) -> dict:
+    """``_round``'s columns for two rollouts of ``[length, num_envs]`` with what GAE reads
+    (``round_steps.STEP_COLUMNS``): an episode truncated and one terminated in each."""
+    trajectory = _round(seed)
+    rng = np.random.default_rng(seed + 100)
+    rows = len(trajectory["obs"])
+    terminated, truncated = np.zeros(rows, dtype=bool), np.zeros(rows, dtype=bool)
+    terminated[[5, 37]], truncated[[10, 42]] = True, True
+    step = np.repeat(np.arange(length, dtype=np.int32), num_envs)
+    return trajectory | {
+        "reward": rng.standard_normal(rows),
+        "terminated": terminated,
+        "truncated": truncated,
+        "next_obs": rng.standard_normal((rows, OBS_DIM)).astype(np.float32),
+        "rollout_step": np.concatenate([step, step]),
+    }
+
+
+@pytest.mark.parametrize("closed_form", [True, False])
+@pytest.mark.parametrize("normalize_value", [False, True])
+def test_each_epoch_after_the_first_reads_advantages_of_the_value_network_it_starts_with(
+    closed_form, normalize_value
+):
+    """One minibatch per epoch, three epochs: the first reads the sampled advantages; each
+    later one reads GAE recomputed by hand from the value network as it stands when that
+    epoch starts (values de-normalised under normalize_value, targets normalised again)."""
+    params = dataclasses.replace(
+        PARAMS,
+        num_epochs=3,
+        num_minibatches=1,
+        normalize_advantages=False,
+        normalize_value=normalize_value,
+        recompute_advantages_per_epoch=True,
+    )
+    spec = gaussian_actor_spec(params, [-1.0] * ACTION_DIM, [1.0] * ACTION_DIM)
+    learner = Learner(
+        spec, OBS_DIM, ACTION_DIM, params, seed=3, closed_form=closed_form,
+        gamma=0.9, gae_lambda=0.8,
+    )  # fmt: skip
+    trajectory = _rollouts_with_steps(1)
+    row_of = {row.tobytes(): index for index, row in enumerate(trajectory["obs"])}
+    seen = []
+    gradients = learner.minibatch_gradients
+
+    def spy(**minibatch):
+        order = [row_of[np.asarray(row).tobytes()] for row in minibatch["obs"]]
+        inverse = np.argsort(order)
+        network = {k: v.clone() for k, v in learner.value_network.state_dict().items()}
+        seen.append(
+            (network, *(np.asarray(minibatch[k])[inverse] for k in ("advantages", "returns")))
+        )
+        return gradients(**minibatch)
+
+    learner.minibatch_gradients = spy
+    for half in (slice(0, 32), slice(32, 64)):  # two rollout actors' trajectories
+        learner.add({k: v[half].copy() for k, v in trajectory.items()})
+    learner.train_step(0.0)
+    assert len(seen) == 3
+    np.testing.assert_array_equal(seen[0][1], trajectory["adv"])
+    check = build_value_network(params, OBS_DIM)
+    for network, advantages, returns in seen[1:]:
+        check.load_state_dict(network)
+        with torch.no_grad():
+            values, next_values = (
+                check(torch.from_numpy(trajectory[k])).double().numpy() for k in ("obs", "next_obs")
+            )
+        statistics = check.return_statistics
+        if statistics is not None:
+            values, next_values = (statistics.real(v) for v in (values, next_values))
+        expected, expected_returns = [], []
+        for half in (slice(0, 32), slice(32, 64)):
+            grids = [
+                column[half].reshape(8, 4)
+                for column in (
+                    trajectory["reward"], values, next_values,
+                    trajectory["terminated"], trajectory["truncated"],
+                )
+            ]  # fmt: skip
+            advantage, target = compute_gae(*grids, 0.9, 0.8)
+            expected.append(advantage.reshape(-1))
+            expected_returns.append(target.reshape(-1))
+        expected_returns = np.concatenate(expected_returns)
+        if statistics is not None:
+            expected_returns = (expected_returns - float(statistics.mean)) / float(statistics.std())
+        np.testing.assert_allclose(advantages, np.concatenate(expected), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(returns, expected_returns, rtol=1e-5, atol=1e-5)
+        assert not np.allclose(advantages, trajectory["adv"], atol=1e-2)
+
+
+def test_without_the_setting_every_epoch_reads_the_sampled_advantages():
+    params = dataclasses.replace(PARAMS, num_epochs=3, num_minibatches=1)
+    learner = _learner(params)
+    seen = []
+    gradients = learner.minibatch_gradients
+
+    def spy(**minibatch):
+        seen.append(np.sort(np.asarray(minibatch["advantages"])))
+        return gradients(**minibatch)
+
+    learner.minibatch_gradients = spy
+    _train(learner, seed=1)
+    assert len(seen) == 3 and all(np.array_equal(seen[0], later) for later in seen[1:])
+
+
+def test_the_sampler_stores_what_gae_reads_and_the_learner_recomputes_its_advantages():
+    """A rollout with truncations (time limit 7): ``next_obs`` is the next step's observation
+    where the episode goes on and the final one where it was truncated; GAE recomputed from
+    the sampler's own value network gives the sampler's advantages."""
+    from drlcli.config import EnvConfig
+    from drlcli.runtime.mujoco_actor import MuJoCoActor
+    from drlcli.runtime.run_context import RolloutActorContext
+
+    params = dataclasses.replace(PARAMS, recompute_advantages_per_epoch=True)
+    env = EnvConfig(id="InvertedPendulum-v5", num_envs=3, seed=5, max_episode_steps=7)
+    spec = gaussian_actor_spec(params, [-3.0], [3.0])
+    learner = Learner(spec, 4, 1, params, seed=0, gamma=0.99, gae_lambda=0.95)
+    torch.manual_seed(0)
+    actor = MuJoCoActor(RolloutActorContext(0, env, spec, params, gamma=0.99))
+    trajectory, _ = actor.sample(learner.network_state(), 20, 0.99, 0.95, None)
+    actor.close()
+    assert set(STEP_COLUMNS) <= set(trajectory)
+    truncated = trajectory["truncated"].reshape(20, 3)
+    assert truncated.sum() >= 3
+    following = trajectory["obs"].reshape(20, 3, 4)[1:]
+    next_obs = trajectory["next_obs"].reshape(20, 3, 4)[:-1]
+    goes_on = ~truncated[:-1]
+    np.testing.assert_array_equal(next_obs[goes_on], following[goes_on])
+    assert not np.allclose(next_obs[~goes_on], following[~goes_on])
+    steps = RoundSteps.of(trajectory, [len(trajectory["obs"])], torch.device("cpu"))
+    with torch.no_grad():
+        values, next_values = (
+            learner.value_network(torch.from_numpy(trajectory[k])).double().numpy()
+            for k in ("obs", "next_obs")
+        )
+    advantages, _ = steps.advantages(values, next_values, 0.99, 0.95)
+    np.testing.assert_allclose(advantages, trajectory["adv"], rtol=1e-4, atol=1e-5)
+
+
+def test_recompute_with_a_recurrent_policy_is_refused_in_one_line():
+    raw = {
+        "algo": "ppo",
+        "env": {"id": "InvertedPendulum-v5"},
+        "algo_params": {"recompute_advantages_per_epoch": True, "recurrent": {"cell": "gru"}},
+    }
+    with pytest.raises(ConfigError) as refused:
+        config_from_dict(raw)
+    message = str(refused.value)
+    assert message.startswith("algo_params.recompute_advantages_per_epoch: ")
+    assert "recurrent" in message and "\n" not in message

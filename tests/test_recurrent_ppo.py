@@ -151,7 +151,7 @@ def test_the_masked_sequence_loss_and_its_gradients_are_those_of_a_loop_over_ste
     assert (~chunks.mask).any()  # the test's rollout has padding
 
     learner.add(rollout)
-    columns = learner._round_columns()
+    columns = learner._round_columns()[0]
     stats = learner.minibatch_gradients(**columns)  # the whole round as one minibatch
     parameters = [*learner.actor.parameters(), *learner.value_network.parameters()]
     fused_gradients = [p.grad.clone() for p in parameters]
@@ -178,7 +178,7 @@ def test_the_value_networks_thread_writes_the_gradient_of_the_whole_loss(cell, c
     params = recurrent_params(cell, 4, clip_value_loss=clip_value_loss, ent_coef=0.01)
     learner = learner_of(params)
     learner.add(synthetic_rollout(learner, 13, 3, seed=4))
-    columns = learner._round_columns()
+    columns = learner._round_columns()[0]
     stats = learner.minibatch_gradients(**columns)
     threaded = learner.flat.values.grad.clone()
 
@@ -214,7 +214,7 @@ def test_a_padded_step_changes_nothing(cell):
     params = recurrent_params(cell, 4)
     learner = learner_of(params)
     learner.add(synthetic_rollout(learner, 13, 3, seed=2))
-    columns = learner._round_columns()
+    columns = learner._round_columns()[0]
     first = learner.minibatch_gradients(**columns)
     first_gradients = [p.grad.clone() for p in learner.flat.parameters]
     padding = ~columns["mask"]
@@ -252,7 +252,7 @@ def test_the_learners_chunk_read_gives_the_rollouts_log_probs_and_values(cell):
         actor.close()
     assert stats["episodes"] > 0  # episodes end inside the round: chunks start there
     learner.add(trajectory)
-    steps = {name: time_major(name, column) for name, column in learner._round_columns().items()}
+    steps = {name: time_major(name, column) for name, column in learner._round_columns()[0].items()}
     with torch.no_grad():
         log_prob, _, values = learner.evaluate_actions(steps)
     real = steps["mask"]

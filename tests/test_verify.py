@@ -266,11 +266,12 @@ def test_verify_records_how_a_ppo_checkpoint_was_trained(checkpoint_file):
         "desired_kl": 0.02,
         "policy_last_layer_scale": 1.0,
         "rpo_alpha": 0.5,
+        "recompute_advantages_per_epoch": False,
     }
     shown = runner.invoke(app, ["verify", str(path)], env={"COLUMNS": "200"}).output
     assert (
         "trained with: normalize_value False, learning_rate_schedule adaptive_kl, "
         "desired_kl 0.02, "
-        "policy_last_layer_scale 1.0, rpo_alpha 0.5"
+        "policy_last_layer_scale 1.0, rpo_alpha 0.5, recompute_advantages_per_epoch False"
     ) in shown
     assert audit_checkpoint(checkpoint_file()).training["rpo_alpha"] is None

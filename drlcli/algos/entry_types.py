@@ -47,6 +47,7 @@ class LearnerContext:
         device: ``cpu`` or ``cuda``.
         seed: this learner's seed (initialisation, sampling).
         plan: the run's rounds (a learner that keeps its schedules by rounds: PPO's).
+        gae_lambda: GAE's lambda (PPO's; None where the algorithm has none).
     """
 
     spec: ActorSpec
@@ -58,6 +59,7 @@ class LearnerContext:
     device: str
     seed: int
     plan: RoundPlan
+    gae_lambda: float | None = None
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,7 @@ class RunContext:
             device=self.topology.learner_device,
             seed=self.config.env.seed + learner_index,
             plan=self.plan,
+            gae_lambda=self.config.gae_lambda,
         )
 
     def rollout_actor_context(self, actor_id: int) -> RolloutActorContext:

@@ -9,6 +9,7 @@ from drlcli.actors.recurrent_layout import core_of, core_of_kwargs, describe_cor
 from drlcli.actors.spec import RECURRENT_GAUSSIAN_BUILDER, ActorSpec
 from drlcli.algos.entry_types import Algorithm, MemoryNeed, PPORounds, RunShape
 from drlcli.algos.ppo.params import STABILISERS, PPOParams
+from drlcli.errors import ConfigError
 from drlcli.normalization import reward_scaler_state_problem
 
 GAUSSIAN_BUILDER = "drlcli.actors.gaussian:build_gaussian_actor"
@@ -152,6 +153,20 @@ def check_actor(actor: Any, params: PPOParams, obs_dim: int, action_dim: int) ->
         )
 
 
+def check_params(params: PPOParams) -> None:
+    """The rules between PPO's settings.
+
+    Raises:
+        ConfigError: ``recompute_advantages_per_epoch`` with a recurrent core.
+    """
+    if params.recompute_advantages_per_epoch and params.recurrent is not None:
+        raise ConfigError(
+            "algo_params.recompute_advantages_per_epoch: recomputes advantages of MLP policies "
+            "only (a recurrent critic's values depend on the whole sequence); remove it or "
+            "algo_params.recurrent"
+        )
+
+
 def ppo_memory_needs(params: PPOParams, shape: RunShape) -> list[MemoryNeed]:
     """A round's rollout: each rollout actor's arrays (raw and normalised observations, GAE
     terms), the trajectory in Ray's object store, and the learners' tensors with their
@@ -162,6 +177,8 @@ def ppo_memory_needs(params: PPOParams, shape: RunShape) -> list[MemoryNeed]:
         core = params.recurrent
         state_floats = (2 if core.cell == "lstm" else 1) * core.layers * core.size
         per_step += 2 * 4 * state_floats * 4  # stored, sent, chunked, shuffled
+    if params.recompute_advantages_per_epoch:  # next observations, rewards, done flags
+        per_step += 3 * (4 * o + 14)  # stored, sent, in the learner
     steps = shape.rollout_length * shape.num_envs * shape.num_actors
     return [
         MemoryNeed(f"a round's rollout ({steps} env steps)", per_step * steps, "rollout_length")
@@ -197,6 +214,7 @@ PPO = Algorithm(
     check_resume=value_network_problem,
     resume_fixed_params=("value_network_hidden_sizes", "recurrent_core", "normalize_value"),
     check_actor=check_actor,
+    check_params=check_params,
     memory_needs=ppo_memory_needs,
     audited_params=STABILISERS,
     # The adaptive step size is the optimiser's checkpointed state; learning_rate only starts it.

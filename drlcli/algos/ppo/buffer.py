@@ -35,6 +35,10 @@ class ReplayBuffer:
     def __len__(self) -> int:
         return sum(len(chunk["obs"]) for chunk in self._chunks)
 
+    def lengths(self) -> list[int]:
+        """Rows of each trajectory added since the last clear, in order."""
+        return [len(chunk["obs"]) for chunk in self._chunks]
+
     def data(self) -> dict[str, np.ndarray]:
         """Everything added since the last clear, concatenated per key."""
         if not self._chunks:

@@ -25,6 +25,7 @@ from drlcli.algos.ppo.buffer import ReplayBuffer
 from drlcli.algos.ppo.closed_form import ClosedFormGradients
 from drlcli.algos.ppo.networks import build_value_network
 from drlcli.algos.ppo.params import ADAPTIVE_KL_BOUNDS, ADAPTIVE_KL_FACTOR, PPOParams
+from drlcli.algos.ppo.round_steps import STEP_COLUMNS, RoundSteps
 from drlcli.algos.ppo.sequences import (
     chunk_trajectory,
     core_state,
@@ -206,6 +207,8 @@ class Learner:
             them (``clock``); None: every ``train_step`` is given its position.
         groups: a privileged critic's observation groups: the policy actor reads the policy
             group, the value network the critic group; None: both read the whole observation.
+        gamma, gae_lambda: GAE's discount and lambda, which
+            ``recompute_advantages_per_epoch`` needs (the sampler's, the run's config).
     """
 
     def __init__(
@@ -219,9 +222,14 @@ class Learner:
         closed_form: bool = True,
         plan: RoundPlan | None = None,
         groups: ObservationGroups | None = None,
+        gamma: float | None = None,
+        gae_lambda: float | None = None,
     ) -> None:
+        if params.recompute_advantages_per_epoch and (gamma is None or gae_lambda is None):
+            raise TypeError("recompute_advantages_per_epoch needs the learner's gamma, gae_lambda")
         torch.manual_seed(seed)
         self.params = params
+        self.gamma, self.gae_lambda = gamma, gae_lambda
         self.clock = RoundClock.of(plan) if plan is not None else None
         self.device = torch.device(device)
         self.groups = GroupReader(groups, self.device)
@@ -434,7 +442,7 @@ class Learner:
             clear.
         """
         p = self.params
-        columns = self._round_columns()
+        columns, round_steps = self._round_columns()
         mask = columns.get("mask")  # a recurrent policy's chunks: their real steps
         rows = len(columns["obs"])  # samples, or a recurrent policy's chunks
         buffer_size = rows if mask is None else int(mask.sum())
@@ -445,7 +453,9 @@ class Learner:
         epochs_done = 0
         stop = False
         reads_kl = p.learning_rate_schedule == "adaptive_kl" or p.target_kl is not None
-        for _epoch in range(p.num_epochs):
+        for epoch in range(p.num_epochs):
+            if epoch > 0 and round_steps is not None:  # recompute_advantages_per_epoch
+                columns |= self._recomputed_targets(columns, round_steps)
             order = torch.randperm(rows, generator=self.shuffle_generator).to(self.device)
             # One gather per column and epoch; closed form reads numpy views of them.
             shuffled = {name: column[order] for name, column in columns.items()}
@@ -496,35 +506,33 @@ class Learner:
         }
         return self.network_state(), metrics
 
-    def _round_columns(self) -> dict[str, torch.Tensor]:
+    def _round_columns(self) -> tuple[dict[str, torch.Tensor], RoundSteps | None]:
         """The buffer's round as the update reads it, the buffer cleared: ``obs`` (the
-        policy's), ``value_obs`` (a privileged critic's own), ``actions, old_logprob,
-        old_value, returns`` (standardised by the value network's return statistics, updated
-        with this round's targets first, under ``normalize_value``) and ``advantages``
-        (standardised over the round's real samples with ``normalize_advantages``); a
-        recurrent policy's chunks add ``mask`` and their first steps' ``policy_state`` and
-        ``value_state``."""
-        data = {k: torch.as_tensor(v, device=self.device) for k, v in self.buffer.data().items()}
+        policy's), ``value_obs`` (a privileged critic's own), ``actions, old_logprob``, the
+        targets of ``_targets`` (the value network's return statistics updated with this
+        round's first, under ``normalize_value``); a recurrent policy's chunks add ``mask``
+        and their first steps' ``policy_state`` and ``value_state``. Under
+        ``recompute_advantages_per_epoch`` also the round's steps as GAE reads them."""
+        stored = self.buffer.data()
+        round_steps = None
+        if self.params.recompute_advantages_per_epoch:
+            round_steps = RoundSteps.of(stored, self.buffer.lengths(), self.device)
         self.buffer.clear()
+        data = {
+            name: torch.as_tensor(column, device=self.device)
+            for name, column in stored.items()
+            if name not in STEP_COLUMNS
+        }
         mask = data.get("mask")
-        advantages = data["adv"]
-        if self.params.normalize_advantages and (mask is None and len(advantages) > 1):
-            advantages = standardize_advantages(advantages)
-        elif self.params.normalize_advantages and mask is not None and mask.sum() > 1:
-            advantages = standardize_masked(advantages, mask)
-        old_value, returns = data["value"], data["ret"]
         statistics = self.value_network.return_statistics
         if statistics is not None:  # normalize_value: the round's targets join the statistics
-            statistics.update(returns if mask is None else returns[mask])
-            old_value, returns = statistics.normalize(old_value), statistics.normalize(returns)
+            statistics.update(data["ret"] if mask is None else data["ret"][mask])
         obs = self.groups.policy(data["obs"])
         columns = {
             "obs": obs,
             "actions": data["act"],
             "old_logprob": data["logp"],
-            "old_value": old_value,
-            "advantages": advantages,
-            "returns": returns,
+            **self._targets(data["adv"], data["value"], data["ret"], mask),
         }
         value_obs = self.groups.critic(data["obs"])
         if value_obs is not obs:  # a privileged critic: its own observations
@@ -532,7 +540,52 @@ class Learner:
         for name in ("mask", "policy_state", "value_state"):
             if name in data:
                 columns[name] = data[name]
-        return columns
+        return columns, round_steps
+
+    def _targets(
+        self,
+        advantages: torch.Tensor,
+        values: torch.Tensor,
+        returns: torch.Tensor,
+        mask: torch.Tensor | None,
+    ) -> dict[str, torch.Tensor]:
+        """``advantages`` (standardised over the round's real samples with
+        ``normalize_advantages``), ``old_value`` and ``returns`` (standardised by the value
+        network's return statistics under ``normalize_value``) from the GAE's advantages, the
+        values and the value targets, ``[N]`` (a recurrent policy's chunks ``[C, L]``)."""
+        if self.params.normalize_advantages and (mask is None and len(advantages) > 1):
+            advantages = standardize_advantages(advantages)
+        elif self.params.normalize_advantages and mask is not None and mask.sum() > 1:
+            advantages = standardize_masked(advantages, mask)
+        statistics = self.value_network.return_statistics
+        if statistics is not None:
+            values, returns = statistics.normalize(values), statistics.normalize(returns)
+        return {"old_value": values, "advantages": advantages, "returns": returns}
+
+    def _recomputed_targets(
+        self, columns: dict[str, torch.Tensor], round_steps: RoundSteps
+    ) -> dict[str, torch.Tensor]:
+        """``_targets`` again from the value network as the previous epochs left it
+        (``recompute_advantages_per_epoch``): ``V(s_t)``, ``V(s_{t+1})`` and each rollout's
+        GAE; the value clip is then around these values."""
+        with torch.no_grad():
+            values = self._values_of(columns.get("value_obs", columns["obs"]))
+            next_values = self._values_of(self.groups.critic(round_steps.next_obs))
+        advantages, returns = round_steps.advantages(
+            values, next_values, self.gamma, self.gae_lambda
+        )
+
+        def tensor(column: np.ndarray) -> torch.Tensor:
+            return torch.as_tensor(column, dtype=torch.float32, device=self.device)
+
+        return self._targets(tensor(advantages), tensor(values), tensor(returns), None)
+
+    def _values_of(self, obs: torch.Tensor) -> np.ndarray:
+        """The value network's values ``[N]`` (float64) of observations ``[N, O]``, as
+        values of the return (de-normalised under ``normalize_value``)."""
+        predicted = self.value_network(obs).cpu().numpy().astype(np.float64)
+        statistics = self.value_network.return_statistics
+        return predicted if statistics is None else statistics.real(predicted)
 
     def _set_learning_rate(self, fraction_done: float | None) -> float:
         """Set and return the round's step size (``learning_rate``) at ``fraction_done``, or
@@ -667,4 +720,6 @@ def build_ppo_learner(context: LearnerContext) -> Learner:
         context.seed,
         plan=context.plan,
         groups=facts.observation_groups,
+        gamma=context.gamma,
+        gae_lambda=context.gae_lambda,
     )

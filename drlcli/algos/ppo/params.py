@@ -23,6 +23,7 @@ STABILISERS = (
     "desired_kl",
     "policy_last_layer_scale",
     "rpo_alpha",
+    "recompute_advantages_per_epoch",
 )
 """PPO's optional stabilisers, each off by default: ``drl verify`` records a checkpoint's."""
 
@@ -106,6 +107,11 @@ class PPOParams:
     0.5): in the update, each sample's policy mean is shifted by noise drawn uniformly from
     [-rpo_alpha, rpo_alpha] per action dimension, anew each epoch; sampling, evaluation and
     export use the mean unshifted. null: PPO."""
+    recompute_advantages_per_epoch: bool = False
+    """Before each epoch after the first, recompute the round's values, GAE advantages and
+    value targets with the value network as the previous epochs left it (Tianshou's
+    ``recompute_advantage``); the value clip is then around those values. MLP policies only.
+    false: every epoch reads the advantages of sampling time."""
     normalize_observations: bool = True
     """Standardise observations with running statistics merged across rollout actors."""
     observation_warmup_steps: int | None = field(default=None, metadata=positive())

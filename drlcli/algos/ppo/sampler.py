@@ -151,7 +151,8 @@ class RolloutSampler:
             (normalised), ``act [N, A]`` (raw policy sample), ``logp``, ``value``, ``adv``,
             ``ret`` ``[N]`` with ``N = rollout_length * num_envs``, time-major; a recurrent
             policy's also ``episode_start [rollout_length, num_envs]`` (bool) and the states
-            each step read, ``policy_state`` and ``value_state`` ``[N, *state]``. stats, led
+            each step read, ``policy_state`` and ``value_state`` ``[N, *state]``; under
+            ``recompute_advantages_per_epoch`` also ``round_steps.STEP_COLUMNS``. stats, led
             by ``identity()``: ``episodes, episode_return_sum, episode_returns,
             episode_len_sum, episode_successes, obs_rms_moments`` (moments of this round's raw
             observations only), ``reward_moments`` (the reward scaler's running moments after
@@ -180,6 +181,9 @@ class RolloutSampler:
         episode_lengths: list[int] = []
         episode_successes: list[bool] = []
         memory = self.memory
+        recompute = self.params.recompute_advantages_per_epoch
+        if recompute:
+            final_obs = np.empty((steps, num_envs, obs_dim), dtype=np.float32)
         if memory is not None:
             episode_start = np.empty((steps, num_envs), dtype=bool)
             policy_states = np.empty((steps, *stored_state(memory.policy).shape), np.float32)
@@ -215,6 +219,8 @@ class RolloutSampler:
                 if step.truncated.any():
                     # V(final pre-reset observation): the truncation bootstrap of compute_gae.
                     final = normalize_observation(step.final_obs[step.truncated], rms, clip)
+                    if recompute:
+                        final_obs[t, step.truncated] = final
                     next_values[t, step.truncated] = self._values(
                         self.groups.critic(final), step.truncated
                     )
@@ -241,6 +247,16 @@ class RolloutSampler:
             "adv": advantages.reshape(count).astype(np.float32),
             "ret": returns.reshape(count).astype(np.float32),
         }
+        if recompute:  # what the learner's GAE reads again (round_steps.py)
+            next_obs = np.concatenate([obs[1:], last_obs[None].astype(np.float32)], axis=0)
+            next_obs[truncated] = final_obs[truncated]
+            trajectory |= {
+                "reward": rewards.reshape(count),
+                "terminated": terminated.reshape(count),
+                "truncated": truncated.reshape(count),
+                "next_obs": next_obs.reshape(count, obs_dim),
+                "rollout_step": np.repeat(np.arange(steps, dtype=np.int32), num_envs),
+            }
         if memory is not None:
             trajectory["episode_start"] = episode_start
             trajectory["policy_state"] = policy_states.reshape(count, *policy_states.shape[2:])
