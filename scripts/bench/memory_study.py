@@ -19,11 +19,10 @@ evaluations:
   size, heads, observation and reward normalisation), evaluated like drl every interval with
   10 deterministic episodes, its LSTM state reset at each episode's start.
 
-Each finished run's metrics CSV (the ``sb3_lstm`` one written in drl's columns) is copied to
-``docs/results/data/memory/<task>/`` with a line in its ``runs.jsonl`` (variant, seed, final
-deterministic evaluation, wall-clock, commit), so ``drl compare docs/results/data/memory/<task>``
-redraws the tables from the repository alone and a study that stops resumes where it was: a run
-already recorded there is skipped.
+Each finished run's metrics CSV (the ``sb3_lstm`` one written in drl's columns) is recorded
+under ``docs/results/data/memory/<task>/`` (``study_runs.StudyRecord``), so ``drl compare
+docs/results/data/memory/<task>`` redraws the tables from the repository alone and a study that
+stops resumes where it was: a run already recorded there is skipped.
 """
 
 from __future__ import annotations
@@ -31,20 +30,15 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
-import json
-import shutil
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
+from study_runs import REPOSITORY, StudyRecord, run_drl
 
 from drlcli.config import EnvWrapperConfig
 from drlcli.preset_catalog import find_preset
-from drlcli.runtime.training import train
 
-REPOSITORY = Path(__file__).resolve().parents[2]
 TASKS = {"pendulum": "inverted_pendulum_nov_lstm", "hopper": "hopper_nov_lstm"}
 VARIANTS = ("mlp", "lstm", "gru", "framestack", "sb3_lstm")
 STACK = 4
@@ -97,17 +91,6 @@ def _observation_width(env_id: str) -> int:
 def _shift(part: str, offset: int) -> str:
     start, stop = (int(x) for x in part.split(":"))
     return f"{start + offset}:{stop + offset}"
-
-
-def run_drl(config) -> dict[str, Any]:
-    started = time.perf_counter()
-    summary = train(config, quiet=True, console=Console(quiet=True))
-    return {
-        "final_return": summary.final_evaluation.return_mean,
-        "wall_s": time.perf_counter() - started,
-        "env_steps": summary.env_steps,
-        "csv": Path(config.metrics_path),
-    }
 
 
 def run_sb3_lstm(config, output: Path) -> dict[str, Any]:
@@ -241,17 +224,8 @@ def main() -> None:
     )
     parser.add_argument("--steps", type=int, default=None, help="override the preset's budget")
     args = parser.parse_args()
-    results = args.results / args.task
-    results.mkdir(parents=True, exist_ok=True)
-    record = results / "runs.jsonl"
-    done = set()
-    if record.exists():
-        for line in record.read_text().splitlines():
-            entry = json.loads(line)
-            done.add((entry["variant"], entry["seed"]))
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPOSITORY
-    ).stdout.strip()
+    record = StudyRecord(args.results / args.task)
+    done = record.done()
     output = args.output_dir / args.task
     output.mkdir(parents=True, exist_ok=True)
     for seed in args.seeds:
@@ -267,19 +241,7 @@ def main() -> None:
             if args.steps is not None:
                 config = dataclasses.replace(config, total_env_steps=args.steps)
             result = run_sb3_lstm(config, output) if variant == "sb3_lstm" else run_drl(config)
-            shutil.copy(result["csv"], results / result["csv"].name)
-            entry = {
-                "variant": variant,
-                "seed": seed,
-                "final_return": round(result["final_return"], 2),
-                "wall_s": round(result["wall_s"], 1),
-                "env_steps": result["env_steps"],
-                "commit": commit,
-                "date": time.strftime("%Y-%m-%d"),
-            }
-            with record.open("a") as file:
-                file.write(json.dumps(entry) + "\n")
-            print(json.dumps(entry), flush=True)
+            record.add(variant, seed, result)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,97 @@
+"""scripts/bench/stabiliser_study.py on a tiny budget: a run is trained, recorded (its CSV and
+its line), skipped when the study goes on, and reported; the combination is decided from the
+record; every variant's config is a valid one."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "scripts" / "bench"))
+import stabiliser_study  # noqa: E402
+from study_runs import Deadline, StudyRecord  # noqa: E402
+
+from drlcli.config import config_from_dict  # noqa: E402
+
+
+def _study(monkeypatch, capsys, *args: str) -> str:
+    monkeypatch.setattr(sys, "argv", ["stabiliser_study.py", *args])
+    stabiliser_study.main()
+    return capsys.readouterr().out
+
+
+def test_a_tiny_study_trains_records_resumes_and_reports(
+    tmp_path, monkeypatch, capsys, ray_cluster
+):
+    """One round of hopper_ppo with recompute_advantages_per_epoch through Ray, recorded; the
+    second sitting skips it; the report gives its seed."""
+    common = ("hopper", "--steps", "2048", "--seeds", "7", "--variants", "recompute")
+    paths = ("--results", str(tmp_path / "data"), "--output-dir", str(tmp_path / "out"))
+    out = _study(monkeypatch, capsys, *common, *paths)
+    folder = tmp_path / "data" / "hopper"
+    (entry,) = StudyRecord(folder).entries()
+    assert (entry["variant"], entry["seed"], entry["env_steps"]) == ("recompute", 7, 2048)
+    assert (folder / "metrics_hopper_recompute_seed7.csv").exists()
+    assert json.dumps(entry) in out
+    out = _study(monkeypatch, capsys, *common, *paths)
+    assert "recompute seed 7: recorded, skipped" in out
+    assert len(StudyRecord(folder).entries()) == 1
+    assert f"| recompute | 1 | {entry['final_return']:.0f} |" in out
+
+
+def _record(tmp_path, returns: dict[str, list[float]]) -> StudyRecord:
+    record = StudyRecord(tmp_path)
+    with record.path.open("w") as file:
+        for variant, values in returns.items():
+            for seed, value in enumerate(values):
+                line = {"variant": variant, "seed": seed, "final_return": value, "wall_s": 60.0}
+                file.write(json.dumps(line) + "\n")
+    return record
+
+
+def test_the_combination_is_the_singles_above_the_presets_iqm(tmp_path):
+    preset = [3000.0, 1000.0, 3100.0, 2900.0]  # IQM 2950
+    record = _record(
+        tmp_path,
+        {
+            "preset": preset,
+            "normalize_value": [3000.0, 2990.0, 3100.0, 2900.0],  # 2995: above
+            "adaptive_kl": [2000.0, 2000.0, 2000.0, 2000.0],
+            "last_layer": preset,  # equal: not above
+            "recompute": [5000.0, 0.0, 3000.0, 2950.0],  # 2975: above
+            "rpo": [2900.0, 2900.0, 2900.0, 2900.0],
+        },
+    )
+    assert stabiliser_study.combination(record, [0, 1, 2, 3]) == ["normalize_value", "recompute"]
+    with pytest.raises(SystemExit, match="lacks seeds \\[4\\]"):
+        stabiliser_study.combination(record, [0, 1, 2, 3, 4])
+    table = stabiliser_study.report(record)
+    assert "| preset | 4 | 2950 [" in table
+    assert "| 1000 (seed 1) | 1/4 |" in table  # the worst seed, one of four under 2500
+    assert "| adaptive_kl | 4 | 2000 [2000, 2000] | 2000 (seed 0) | 4/4 |" in table
+
+
+@pytest.mark.parametrize("variant", stabiliser_study.VARIANTS)
+@pytest.mark.parametrize("task", sorted(stabiliser_study.TASKS))
+def test_every_variant_is_a_valid_config_with_its_change(tmp_path, task, variant):
+    changes = stabiliser_study.SINGLES.get(variant, {})
+    if variant == "combination":
+        changes = stabiliser_study.SINGLES["normalize_value"] | stabiliser_study.SINGLES["rpo"]
+    config = stabiliser_study.variant_config(task, variant, 5000, tmp_path, changes)
+    checked = config_from_dict(json.loads(json.dumps(config.to_dict())))
+    params = checked.algo_params
+    for key, value in changes.items():
+        assert getattr(params, key) == value
+    assert checked.env.seed == 5000 and checked.name == f"{task}_{variant}_seed5000"
+
+
+def test_the_deadline_starts_no_run_that_would_end_after_it(tmp_path):
+    record = _record(tmp_path, {"preset": [1.0]})  # runs of 60 s
+    assert Deadline(None, 600.0).allows(record)
+    assert Deadline(61 / 3600, 600.0).allows(record)
+    assert not Deadline(59 / 3600, 600.0).allows(record)
+    assert not Deadline(0.1, 600.0).allows(StudyRecord(tmp_path / "empty"))  # first guess 600 s
