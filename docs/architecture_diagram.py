@@ -3,8 +3,9 @@ and the fault model. The picture's text source; rerun after a change to the topo
 
     python docs/architecture_diagram.py          # writes docs/architecture.png
 
-Boxes are processes (one Ray worker each but the driver); arrows are what one round sends, in
-the order of Method.md's "Rounds and synchronisation".
+Blue boxes are processes (one Ray worker each), orange ones the driver's process and the
+ParameterServer it holds; arrows are what one round sends, in the order of Method.md's "Rounds
+and synchronisation".
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ PROCESSES = {
         4.3,
         4.6,
         1.9,
-        "ParameterServer",
+        "ParameterServer (in the driver)",
         ["global observation statistics;", "averages the learners' networks"],
     ),
     "learner1": (
@@ -104,7 +105,7 @@ MESSAGES = [
 ]
 NOTES = [
     ((9.2, 6.75), "4. every param_sync_interval rounds: networks in, their average out"),
-    ((9.2, 9.95), "one round of PPO, numbered in order; every box a Ray process but the driver,"),
+    ((9.2, 9.95), "one round of PPO, in order; blue: Ray processes, orange: the driver's,"),
     ((9.2, 9.6), "on the local Ray head or a cluster (--address)"),
     ((15.3, -0.5), "An off-policy run (SAC, FlashSAC):"),
     ((15.3, -0.9), "EnvSteppers instead of MuJoCoActors (no policy:"),
@@ -118,7 +119,7 @@ FAULTS = [
     "- a rollout actor or the evaluator that dies is restarted by Ray",
     "  (up to max_rollout_actor_restarts);",
     "  PPO redoes the round's sample with the same parameters: the data stays on-policy",
-    "- a learner or the parameter server that dies ends the run: exit 1, naming the last good",
+    "- a learner that dies ends the run: exit 1, naming the last good",
     "  checkpoint; drl train CONFIG --resume PATH continues it bit for bit",
     "- Ctrl-C or SIGTERM: the round in progress ends, a checkpoint is written, exit 130 / 143",
     "- the checkpoint holds progress, observation statistics, every learner's networks,",
@@ -133,7 +134,7 @@ def main() -> None:
     axes.set_ylim(-3.6, 10.2)
     axes.axis("off")
     for name, (x, y, width, height, title, lines) in PROCESSES.items():
-        colour = "#fde3c8" if name == "driver" else "#dbe9f6"
+        colour = "#fde3c8" if name in ("driver", "server") else "#dbe9f6"
         axes.add_patch(
             FancyBboxPatch(
                 (x, y), width, height, boxstyle="round,pad=0.05", fc=colour, ec="#34495e", lw=1.4

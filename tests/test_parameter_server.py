@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
-import pytest
 import torch
 
 from drlcli.normalization import RmsState, compute_batch_moments
@@ -40,16 +36,3 @@ def test_the_server_merges_each_round_increment_once_into_the_history():
     np.testing.assert_allclose(state.mean, everything.mean(axis=0), rtol=1e-12)
     np.testing.assert_allclose(state.var, everything.var(axis=0), rtol=1e-12)
     assert server.update_obs_rms(None)["count"] == 150.0  # no data this round: unchanged
-
-
-@pytest.mark.subprocess
-def test_a_server_that_only_merges_statistics_does_not_import_torch():
-    # Importing torch costs a process seconds of CPU: a run with one learner never averages.
-    code = (
-        "import sys; from drlcli.runtime.parameter_server import ParameterServer; "
-        "server = ParameterServer({'mean': [0.0], 'var': [1.0], 'count': 2.0}); "
-        "server.update_obs_rms({'mean': [1.0], 'var': [1.0], 'count': 2.0}); "
-        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')[:3])"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "[]", done.stdout

@@ -1,8 +1,8 @@
 """ParameterServer: global observation statistics and learner parameter averaging.
 
-A plain class; the runtime wraps it with ``ray.remote``. It imports torch only when it averages
-(several learners): importing torch costs a process seconds of CPU at start, and a run with one
-learner only asks it for observation statistics.
+A plain class that PPO's round loop holds in the driver's process (``runtime/ppo_loop.py``): it
+merges a few moments a round and averages parameters the driver holds references to, so a
+process of its own would only cost every run a Ray worker's start.
 """
 
 from __future__ import annotations

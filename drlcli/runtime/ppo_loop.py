@@ -22,7 +22,10 @@ class PPORoundLoop:
 
     ``parameter_refs[l]`` are the parameters learner ``l``'s rollout actors sample with next:
     that learner's own after a non-sync round, the average of all learners after a sync round.
-    A rollout actor that dies is restarted by Ray and its sample redone (``restarts``).
+    A rollout actor that dies is restarted by Ray and its sample redone (``restarts``). The
+    ``ParameterServer`` lives in this (the driver's) process: it merges a few moments and
+    averages parameters the driver holds references to, and a process of its own would cost
+    every run a Ray worker's start for that.
     """
 
     def __init__(self, run: RunContext) -> None:
@@ -49,9 +52,7 @@ class PPORoundLoop:
         )
         stored_rms = None if stored is None else stored.resumed_obs_rms_state
         started = self.processes.started
-        self.parameter_server = started(
-            ray.remote(ParameterServer).options(num_cpus=0).remote(stored_rms)
-        )
+        self.parameter_server = ParameterServer(stored_rms)
         # PPO's learners start identical, from one seed (parameter averaging keeps them close):
         # each is built from learner 0's context.
         learner_context = run.learner_context(0)
@@ -73,8 +74,7 @@ class PPORoundLoop:
         self.restarts = RestartCounter(
             config.max_rollout_actor_restarts, list(range(topology.num_actors))
         )
-        self.roles = {actor_id_of(self.parameter_server): "the parameter server"}
-        self.roles |= {actor_id_of(w): f"learner {i}" for i, w in enumerate(self.learners)}
+        self.roles = {actor_id_of(w): f"learner {i}" for i, w in enumerate(self.learners)}
         self.roles |= {
             actor_id_of(a): f"rollout actor {i}" for i, a in enumerate(self.rollout_actors)
         }
@@ -94,7 +94,7 @@ class PPORoundLoop:
             initial = self.learners[0].network_state.remote()
             _get([w.load_network_state.remote(initial) for w in self.learners[1:]], self.roles)
         self.parameter_refs = [learner.network_state.remote() for learner in self.learners]
-        self.obs_rms_ref = self.parameter_server.get_obs_rms.remote()
+        self.obs_rms = self.parameter_server.get_obs_rms()
         self.warm_up_steps = 0  # of a fresh run that standardises observations (``warm_up``)
         if stored is None and params.normalize_observations:
             self.warm_up_steps = params.observation_warmup_steps or config.rollout_length
@@ -103,16 +103,17 @@ class PPORoundLoop:
     def warm_up(self) -> None:
         """A fresh run's observation warm-up (``WarmsUp``), before its first round."""
         if self.warm_up_steps:
-            self.obs_rms_ref = self._warm_up_observations(self.warm_up_steps)
+            self.obs_rms = self._warm_up_observations(self.warm_up_steps)
 
     def run_round(self, round_index: int) -> tuple[list[dict], dict]:
         """Sample, merge statistics, train, sync. Returns (rollout stats, learner metrics)."""
+        import ray
+
         config, topology = self.config, self.topology
-        obs_rms_ref = self.obs_rms_ref
-        sampling = [self._sample(index, obs_rms_ref) for index in range(topology.num_actors)]
+        obs_rms = self.obs_rms
+        sampling = [self._sample(index, obs_rms) for index in range(topology.num_actors)]
         stats = [
-            self._sampled_stats(index, sampling, obs_rms_ref)
-            for index in range(topology.num_actors)
+            self._sampled_stats(index, sampling, obs_rms) for index in range(topology.num_actors)
         ]
         trajectory_refs = [trajectory for trajectory, _ in sampling]
         for entry in stats:
@@ -121,8 +122,7 @@ class PPORoundLoop:
         self.reward_moments = [s.pop("reward_moments") for s in stats]
         # All rollout actors' increments first, then one merge into the global history.
         increment = merge_rms_states([RmsState.from_dict(s["obs_rms_moments"]) for s in stats])
-        # The merged state is next round's input: keep its reference, saving a Ray round trip.
-        self.obs_rms_ref = self.parameter_server.update_obs_rms.remote(increment.to_dict())
+        self.obs_rms = self.parameter_server.update_obs_rms(increment.to_dict())
 
         state_refs, metric_refs = [], []
         for learner_index, learner in enumerate(self.learners):
@@ -133,14 +133,15 @@ class PPORoundLoop:
         learner_metrics = average_metrics(_get(metric_refs, self.roles))
         self.last_trained_refs = state_refs
         if len(self.learners) > 1 and (round_index + 1) % config.param_sync_interval == 0:
-            averaged = self.parameter_server.average_parameters.remote(*state_refs)
+            states = _get(state_refs, self.roles)
+            averaged = ray.put(self.parameter_server.average_parameters(*states))
             _get([w.load_network_state.remote(averaged) for w in self.learners], self.roles)
             self.parameter_refs = [averaged] * len(self.learners)
         else:
             self.parameter_refs = state_refs
         return stats, learner_metrics
 
-    def _sample(self, actor_index: int, obs_rms_ref: Any) -> tuple[Any, Any]:
+    def _sample(self, actor_index: int, obs_rms: dict[str, Any] | None) -> tuple[Any, Any]:
         """Start rollout actor ``actor_index``'s sample: (trajectory ref, stats ref)."""
         config = self.config
         owner = self.topology.learner_of_actor(actor_index)
@@ -152,14 +153,14 @@ class PPORoundLoop:
                 config.rollout_length,
                 config.gamma,
                 config.gae_lambda,
-                obs_rms_ref,
+                obs_rms,
             )
         )
 
-    def _warm_up_observations(self, steps: int) -> Any:
+    def _warm_up_observations(self, steps: int) -> dict[str, Any] | None:
         """Every rollout actor's warm-up (``MuJoCoActor.warm_up_observations``), its moments
         merged like a round's increments and then once into the ParameterServer, so that the
-        first round already standardises. Returns the reference of the merged statistics."""
+        first round already standardises. Returns the merged statistics."""
         calls = [actor.warm_up_observations.remote(steps) for actor in self.rollout_actors]
         answers = [
             self._answer(
@@ -170,16 +171,16 @@ class PPORoundLoop:
             for index in range(len(self.rollout_actors))
         ]
         increment = merge_rms_states([RmsState.from_dict(a["obs_rms_moments"]) for a in answers])
-        return self.parameter_server.update_obs_rms.remote(increment.to_dict())
+        return self.parameter_server.update_obs_rms(increment.to_dict())
 
     def _sampled_stats(
-        self, actor_index: int, sampling: list[tuple[Any, Any]], obs_rms_ref: Any
+        self, actor_index: int, sampling: list[tuple[Any, Any]], obs_rms: dict[str, Any] | None
     ) -> dict[str, Any]:
         """The stats of rollout actor ``actor_index``'s sample (``_answer``); a redone sample
         uses the same parameters and statistics, and ``sampling`` then holds its refs."""
 
         def redo() -> Any:
-            sampling[actor_index] = self._sample(actor_index, obs_rms_ref)
+            sampling[actor_index] = self._sample(actor_index, obs_rms)
             return sampling[actor_index][1]
 
         return self._answer(actor_index, sampling[actor_index][1], redo)
@@ -225,7 +226,6 @@ class PPORoundLoop:
         statistics, an exact resume). A rollout actor that died since its sample is restarted
         (``_answer``) and the checkpoint records its fresh process: new episodes, the reward
         statistics of the round."""
-        obs_rms = self.parameter_server.get_obs_rms.remote()
         rollout_refs = [actor.state_dict.remote() for actor in self.rollout_actors]
         states = _get([learner.state_dict.remote() for learner in self.learners], self.roles)
         rollout_states = [
@@ -237,7 +237,7 @@ class PPORoundLoop:
         for learner_index, state in enumerate(states):
             owned = self.topology.actors_of_learner(learner_index)
             state["rollout_actors"] = [rollout_states[a] for a in owned]
-        return _get(obs_rms, self.roles), states
+        return self.parameter_server.get_obs_rms(), states
 
     def _restore_rollout_actors(self, states: list[dict[str, Any]]) -> None:
         """Each rollout actor continues where the checkpoint left it (``rollout_actor_states``).
