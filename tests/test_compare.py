@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from drlcli.cli import app
+from drlcli.metrics.seed_runs import final_evaluation_record, find_seed_runs, record_path
 from drlcli.seed_statistics import (
     aggregate,
     bootstrap_interval,
@@ -146,6 +147,49 @@ def test_compare_reports_each_group_writes_its_json_and_png(tmp_path, checkpoint
     assert improvement["value"] == probability_of_improvement(finals["slow"], finals["fast"])
     assert groups["fast"]["probability_of_improvement"] is None
     assert plot.read_bytes()[:8] == PNG_MAGIC and plot.stat().st_size > 10_000
+
+
+def test_a_run_without_its_checkpoint_counts_its_final_evaluation_record(tmp_path, checkpoint_file):
+    """What a study commits instead of a checkpoint: the record written from the checkpoint
+    (``final_evaluation_record``) gives the same final figure, task and seed; a damaged one is
+    one line."""
+    root = tmp_path / "runs"
+    for seed in (0, 1):
+        write_run(root, f"kept_seed{seed}", [(100, 10.0), (200, 20.0)])
+
+    def evaluated(payload):
+        payload["evaluation"] = {
+            "env_steps": 256,
+            "episodes": 2,
+            "return_mean": 42.5,
+            "return_std": 1.0,
+            "episode_length_mean": 10.0,
+            "success_rate": None,
+        }
+
+    record = final_evaluation_record(checkpoint_file(evaluated))
+    assert (record["env_id"], record["return_mean"], record["env_steps"]) == (
+        "InvertedPendulum-v5",
+        42.5,
+        256,
+    )
+    path = record_path(root / "metrics_kept_seed1.csv")
+    assert path.name == "final_evaluation_kept_seed1.json"
+    path.write_text(json.dumps(record))
+    runs = {run.name: run for run in find_seed_runs([root])}
+    kept = runs["kept_seed1"]
+    assert (kept.final_return, kept.final_source, kept.task) == (
+        42.5,
+        "final evaluation",
+        "InvertedPendulum-v5",
+    )
+    assert kept.seed == record["seed"] and list(kept.curve_steps) == [100, 200, 256]
+    assert runs["kept_seed0"].final_source == "last periodic evaluation"
+    with pytest.raises(ValueError, match="holds no final evaluation"):
+        final_evaluation_record(checkpoint_file(name="plain.pt"))
+    path.write_text('{"env_id": "InvertedPendulum-v5", "seed": 1}')
+    line = one_error_line(invoke("compare", str(root), "--plot", str(tmp_path / "c.png")))
+    assert "final_evaluation_kept_seed1.json: not a final-evaluation record (KeyError" in line
 
 
 @pytest.mark.parametrize(

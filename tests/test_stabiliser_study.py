@@ -36,6 +36,9 @@ def test_a_tiny_study_trains_records_resumes_and_reports(
     (entry,) = StudyRecord(folder).entries()
     assert (entry["variant"], entry["seed"], entry["env_steps"]) == ("recompute", 7, 2048)
     assert (folder / "metrics_hopper_recompute_seed7.csv").exists()
+    record = json.loads((folder / "final_evaluation_hopper_recompute_seed7.json").read_text())
+    assert (record["env_id"], record["seed"], record["env_steps"]) == ("Hopper-v5", 7, 2048)
+    assert round(record["return_mean"], 2) == entry["final_return"]
     assert json.dumps(entry) in out
     out = _study(monkeypatch, capsys, *common, *paths)
     assert "recompute seed 7: recorded, skipped" in out

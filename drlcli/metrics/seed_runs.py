@@ -1,12 +1,17 @@
 """The runs of seed groups as ``drl compare`` and the dashboard read them: each run's final
-deterministic evaluation (the one in its final checkpoint, or the last periodic evaluation of
-its metrics CSV when the checkpoint has none) and its curve of periodic evaluations
-(``SeedRun``), and per seed group the IQM of the final evaluations with its interval
-(``group_statistics``, the dashboard's runs table).
+deterministic evaluation (the one in its final checkpoint; without a checkpoint, the one of its
+final-evaluation record beside the CSV; else the last periodic evaluation of its metrics CSV)
+and its curve of periodic evaluations (``SeedRun``), and per seed group the IQM of the final
+evaluations with its interval (``group_statistics``, the dashboard's runs table).
+
+A final-evaluation record, ``final_evaluation_<name>.json`` beside ``metrics_<name>.csv``, is
+what a study commits instead of a checkpoint (``final_evaluation_record``): a few numbers,
+where the checkpoint is megabytes of weights.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,6 +26,49 @@ from drlcli.seed_statistics import aggregate, bootstrap_interval
 
 FINAL_EVALUATION = "final evaluation"
 LAST_PERIODIC = "last periodic evaluation"
+RECORD_FIELDS = ("env_id", "seed", "return_mean", "env_steps")
+
+
+def final_evaluation_record(checkpoint_path: Path) -> dict[str, Any]:
+    """The final-evaluation record of a finished run: its task, seed and the final
+    evaluation its checkpoint holds (``return_mean``, ``env_steps`` and the rest).
+
+    Raises:
+        CheckpointError: the checkpoint is damaged.
+        ValueError: it holds no final evaluation.
+    """
+    from drlcli.checkpoints.files import read_checkpoint
+
+    checkpoint = read_checkpoint(checkpoint_path)
+    if checkpoint.evaluation is None:
+        raise ValueError(f"{checkpoint_path}: the checkpoint holds no final evaluation")
+    seed = (checkpoint.config.get("env") or {}).get("seed")
+    return {"env_id": checkpoint.env.id, "seed": seed, **checkpoint.evaluation}
+
+
+def record_path(csv_path: Path) -> Path:
+    """Where the final-evaluation record of the run of ``metrics_<name>.csv`` lies: beside
+    it, ``final_evaluation_<name>.json``."""
+    return csv_path.parent / f"final_evaluation_{csv_path.stem.removeprefix('metrics_')}.json"
+
+
+def _read_record(path: Path) -> tuple[float, int, str, int | None]:
+    """``(return_mean, env_steps, env_id, seed)`` of a final-evaluation record.
+
+    Raises:
+        UsageError: the file is not one.
+    """
+    try:
+        record = json.loads(path.read_text())
+        values = [record[field] for field in RECORD_FIELDS]
+        final, steps = float(values[2]), int(values[3])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise UsageError(
+            f"{path}: not a final-evaluation record ({type(error).__name__}: {error}); it "
+            f"holds {', '.join(RECORD_FIELDS)}"
+        ) from None
+    seed = values[1]
+    return final, steps, str(values[0]), None if seed is None else int(seed)
 
 
 @dataclass(frozen=True)
@@ -107,6 +155,9 @@ def _read_run(run: Run) -> SeedRun:
             final = float(evaluation["return_mean"])
             final_steps = int(evaluation["env_steps"])
             source = FINAL_EVALUATION
+    elif record_path(run.csv_path).is_file():
+        final, final_steps, task, seed = _read_record(record_path(run.csv_path))
+        source = FINAL_EVALUATION
     if final is None and returns:
         final, final_steps = returns[-1], steps[-1]
     if final is None or not math.isfinite(final):

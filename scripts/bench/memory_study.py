@@ -207,6 +207,13 @@ def run_sb3_lstm(config, output: Path) -> dict[str, Any]:
         "wall_s": time.perf_counter() - started,
         "env_steps": model.num_timesteps,
         "csv": path,
+        "evaluation_record": {
+            "env_id": config.env.id,
+            "seed": config.env.seed,
+            "return_mean": final,
+            "env_steps": model.num_timesteps,
+            "episodes": episodes,
+        },
     }
 
 

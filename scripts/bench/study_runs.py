@@ -1,8 +1,10 @@
-"""A learning study's finished runs, recorded in the repository: each run's metrics CSV and a
-line of ``runs.jsonl`` (variant, seed, final deterministic evaluation, wall-clock, commit,
-date) under ``docs/results/data/<study>/<task>/``. A study that stops resumes where it was (a
-recorded run is skipped), plans its runs to a deadline, and ``drl compare`` redraws its tables
-from the repository alone. Used by ``memory_study.py`` and ``stabiliser_study.py``."""
+"""A learning study's finished runs, recorded in the repository: each run's metrics CSV, its
+final-evaluation record (``final_evaluation_<name>.json``, which ``drl compare`` reads where the
+checkpoint is not kept) and a line of ``runs.jsonl`` (variant, seed, final deterministic
+evaluation, wall-clock, commit, date) under ``docs/results/data/<study>/<task>/``. A study that
+stops resumes where it was (a recorded run is skipped), plans its runs to a deadline, and ``drl
+compare`` redraws its tables from the repository alone. Used by ``memory_study.py`` and
+``stabiliser_study.py``."""
 
 from __future__ import annotations
 
@@ -28,7 +30,8 @@ def current_commit() -> str:
 
 def run_drl(config: Any) -> dict[str, Any]:
     """Train ``config`` (local Ray): its final evaluation's mean return, wall-clock, env
-    steps and metrics CSV."""
+    steps, metrics CSV and final-evaluation record."""
+    from drlcli.metrics.seed_runs import final_evaluation_record
     from drlcli.runtime.training import train
 
     started = time.perf_counter()
@@ -38,6 +41,7 @@ def run_drl(config: Any) -> dict[str, Any]:
         "wall_s": time.perf_counter() - started,
         "env_steps": summary.env_steps,
         "csv": Path(config.metrics_path),
+        "evaluation_record": final_evaluation_record(Path(summary.checkpoint_path)),
     }
 
 
@@ -79,9 +83,14 @@ class StudyRecord:
         return statistics.median(walls) if walls else None
 
     def add(self, variant: str, seed: int, result: dict[str, Any], **extra: Any) -> dict:
-        """Record a finished run (``run_drl``'s result): its CSV copied beside the record."""
+        """Record a finished run (``run_drl``'s result): its CSV copied beside the record, its
+        final-evaluation record written beside the CSV."""
+        from drlcli.metrics.seed_runs import record_path
+
         csv = self.folder / result["csv"].name
         shutil.copy(result["csv"], csv)
+        evaluation = record_path(csv)
+        evaluation.write_text(json.dumps(result["evaluation_record"], indent=1) + "\n")
         entry = {
             "variant": variant,
             "seed": seed,
@@ -95,15 +104,15 @@ class StudyRecord:
         with self.path.open("a") as file:
             file.write(json.dumps(entry) + "\n")
         if self.commit_each_run:
-            self._commit(csv, f"{variant} seed {seed}")
+            self._commit([csv, evaluation], f"{variant} seed {seed}")
         print(json.dumps(entry), flush=True)
         return entry
 
-    def _commit(self, csv: Path, run: str) -> None:
-        """Commit the run's CSV and the record alone (other staged work stays staged); a
+    def _commit(self, run_files: list[Path], run: str) -> None:
+        """Commit the run's files and the record alone (other staged work stays staged); a
         commit that fails (another git command holds the index) is retried, then left to a
         later one with a warning: the run stays recorded on disk."""
-        files = [str(csv.relative_to(REPOSITORY)), str(self.path.relative_to(REPOSITORY))]
+        files = [str(path.relative_to(REPOSITORY)) for path in [*run_files, self.path]]
         message = f"{self.folder.parent.name} study: {self.folder.name} {run}"
         for _attempt in range(5):
             added = subprocess.run(["git", "add", "--", *files], cwd=REPOSITORY)
