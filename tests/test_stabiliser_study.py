@@ -43,14 +43,16 @@ def test_a_tiny_study_trains_records_resumes_and_reports(
     out = _study(monkeypatch, capsys, *common, *paths)
     assert "recompute seed 7: recorded, skipped" in out
     assert len(StudyRecord(folder).entries()) == 1
-    assert f"| recompute | 1 | {entry['final_return']:.0f} |" in out
+    row = f"| recompute | 1 | {entry['final_return']:.0f} |"
+    assert row in out  # the table of the seeds asked for
+    assert row not in _study(monkeypatch, capsys, "hopper", "--report", *paths)  # 5000-5004's
 
 
-def _record(tmp_path, returns: dict[str, list[float]]) -> StudyRecord:
+def _record(tmp_path, returns: dict[str, list[float]], first_seed: int = 0) -> StudyRecord:
     record = StudyRecord(tmp_path)
-    with record.path.open("w") as file:
+    with record.path.open("a") as file:
         for variant, values in returns.items():
-            for seed, value in enumerate(values):
+            for seed, value in enumerate(values, start=first_seed):
                 line = {"variant": variant, "seed": seed, "final_return": value, "wall_s": 60.0}
                 file.write(json.dumps(line) + "\n")
     return record
@@ -72,10 +74,42 @@ def test_the_combination_is_the_singles_above_the_presets_iqm(tmp_path):
     assert stabiliser_study.combination(record, [0, 1, 2, 3]) == ["normalize_value", "recompute"]
     with pytest.raises(SystemExit, match="lacks seeds \\[4\\]"):
         stabiliser_study.combination(record, [0, 1, 2, 3, 4])
-    table = stabiliser_study.report(record)
+    table = stabiliser_study.report(record, [0, 1, 2, 3])
     assert "| preset | 4 | 2950 [" in table
-    assert "| 1000 (seed 1) | 1/4 |" in table  # the worst seed, one of four under 2500
-    assert "| adaptive_kl | 4 | 2000 [2000, 2000] | 2000 (seed 0) | 4/4 |" in table
+    assert "| 1000 (seed 1) | 1/4 | reference |" in table  # the worst seed; one of four under 2500
+    # adaptive_kl's four runs lose to the preset's three above 2000 and beat its 1000: P = 4/16.
+    assert "| adaptive_kl | 4 | 2000 [2000, 2000] | 2000 (seed 0) | 4/4 | 0.25 [" in table
+    assert "| rpo | 2 |" in stabiliser_study.report(record, [0, 1])  # only the seeds asked for
+
+
+def test_the_winner_is_confirmed_on_fresh_seeds_by_its_probability_of_improvement(
+    tmp_path, monkeypatch, capsys
+):
+    study = {
+        "preset": [3000.0, 3100.0, 3200.0, 3300.0, 3400.0],
+        "normalize_value": [3000.0, 3100.0, 3200.0, 3300.0, 3450.0],
+        "adaptive_kl": [3500.0] * 5,
+        "last_layer": [1000.0] * 5,
+        "recompute": [3000.0] * 5,
+        "rpo": [3000.0] * 5,
+    }
+    record = _record(tmp_path / "hopper", study, first_seed=5000)
+    with pytest.raises(SystemExit, match="combination lacks seeds"):
+        stabiliser_study.winner(record)
+    _record(tmp_path / "hopper", {"combination": [3400.0] * 5}, first_seed=5000)
+    assert stabiliser_study.winner(record) == "adaptive_kl"
+    # Confirmation: a preset that collapses on two fresh seeds against a winner that never does.
+    _record(tmp_path / "hopper", {"preset": [900.0, 3000.0, 800.0, 3100.0, 3050.0]}, 6000)
+    _record(tmp_path / "hopper", {"adaptive_kl": [3200.0, 3300.0, 3250.0, 3400.0, 3350.0]}, 6000)
+    out = _study(monkeypatch, capsys, "hopper", "--confirm", "--report", "--results", str(tmp_path))
+    assert "| preset | 5 |" in out and "| adaptive_kl | 5 |" in out
+    assert "interval rule: adaptive_kl replaces the preset; " in out
+    # A winner on par with the preset on the fresh seeds leaves it as it is.
+    tie = _record(tmp_path / "tie", {"adaptive_kl": [900.0, 3000.0, 800.0, 3100.0, 3050.0]}, 6000)
+    _record(tmp_path / "tie", {"preset": [900.0, 3000.0, 800.0, 3100.0, 3050.0]}, 6000)
+    assert stabiliser_study.verdict(tie, "adaptive_kl").startswith(
+        "interval rule: the preset stays"
+    )
 
 
 @pytest.mark.parametrize("variant", stabiliser_study.VARIANTS)

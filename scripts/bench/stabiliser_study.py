@@ -18,16 +18,21 @@ with one change:
 - ``combination``: every single stabiliser whose IQM over the recorded seeds is above the
   preset's (decided from the record when it is run; refused before those seeds are recorded).
 
-Seeds 5000-5004 by default (the presets were chosen on 0-4 and measured on 1000-1004; 6000-6004
-are kept for the interval rule's confirmation). Runs go seed by seed, every variant of a seed
-before the next, so a study cut short compares the variants on the same seeds. Each finished
-run is recorded under ``docs/results/data/stabilisers/<task>/`` (``study_runs.StudyRecord``;
-``--commit`` commits it at once); a recorded run is skipped, so a second sitting goes on where
-the first stopped. ``--hours`` starts no run that the record's median run time says would
-end after the deadline.
+Seeds 5000-5004 by default (the presets were chosen on 0-4 and measured on 1000-1004). Runs go
+seed by seed, every variant of a seed before the next, so a study cut short compares the
+variants on the same seeds. Each finished run is recorded under
+``docs/results/data/stabilisers/<task>/`` (``study_runs.StudyRecord``; ``--commit`` commits it
+at once); a recorded run is skipped, so a second sitting goes on where the first stopped.
+``--hours`` starts no run that the record's median run time says would end after the deadline.
 
-``--report`` prints per variant the seeds, the IQM with its 95% stratified-bootstrap interval
-(``drl compare``'s), the worst seed and the fraction of seeds under 2500, as a Markdown table.
+``--confirm`` is the interval rule's second step: the winner (the variant with the highest IQM
+on seeds 5000-5004) and the preset on 5 more seeds nothing was chosen on (6000-6004). The
+preset changes only if the winner's probability of improvement on those seeds has a 95%
+interval above 0.5.
+
+``--report`` prints per variant, over the study's seeds (or the confirmation's with
+``--confirm``), the IQM with its 95% stratified-bootstrap interval (``drl compare``'s), the
+worst seed, the fraction of seeds under 2500 and the probability of improving on the preset.
 """
 
 from __future__ import annotations
@@ -51,24 +56,44 @@ SINGLES: dict[str, dict[str, Any]] = {
 VARIANTS = ("preset", *SINGLES, "combination")
 FAILED_BELOW = 2500.0
 STUDY_SEEDS = [5000, 5001, 5002, 5003, 5004]
+CONFIRMATION_SEEDS = [6000, 6001, 6002, 6003, 6004]
 
 
-def combination(record: StudyRecord, seeds: list[int]) -> list[str]:
+def _iqm_on(record: StudyRecord, variant: str, seeds: list[int]) -> float:
+    """``variant``'s IQM over ``seeds``.
+
+    Raises:
+        SystemExit: ``variant`` lacks one of ``seeds``.
+    """
+    from drlcli.seed_statistics import interquartile_mean
+
+    returns = record.returns(variant)
+    missing = [seed for seed in seeds if seed not in returns]
+    if missing:
+        sys.exit(f"{variant} lacks seeds {missing}; run it on the study's seeds first")
+    return float(interquartile_mean([returns[seed] for seed in seeds]))
+
+
+def combination(record: StudyRecord, seeds: list[int] = STUDY_SEEDS) -> list[str]:
     """The single stabilisers whose IQM over ``seeds`` is above the preset's.
 
     Raises:
         SystemExit: a single variant or the preset lacks one of ``seeds``.
     """
-    from drlcli.seed_statistics import interquartile_mean
+    preset = _iqm_on(record, "preset", seeds)
+    return [name for name in SINGLES if _iqm_on(record, name, seeds) > preset]
 
-    iqm = {}
-    for variant in ("preset", *SINGLES):
-        returns = record.returns(variant)
-        missing = [seed for seed in seeds if seed not in returns]
-        if missing:
-            sys.exit(f"combination: {variant} lacks seeds {missing}; run the singles first")
-        iqm[variant] = float(interquartile_mean([returns[seed] for seed in seeds]))
-    return [name for name in SINGLES if iqm[name] > iqm["preset"]]
+
+def winner(record: StudyRecord, seeds: list[int] = STUDY_SEEDS) -> str:
+    """The stabilised variant with the highest IQM over ``seeds``: the one the confirmation
+    seeds test against the preset.
+
+    Raises:
+        SystemExit: the preset, a single or the combination lacks one of ``seeds``.
+    """
+    _iqm_on(record, "preset", seeds)
+    candidates = [variant for variant in VARIANTS if variant != "preset"]
+    return max(candidates, key=lambda variant: _iqm_on(record, variant, seeds))
 
 
 def variant_config(task: str, variant: str, seed: int, output: Path, changes: dict[str, Any]):
@@ -87,39 +112,68 @@ def variant_config(task: str, variant: str, seed: int, output: Path, changes: di
     )
 
 
-def report(record: StudyRecord) -> str:
-    """The Markdown table of every recorded variant."""
-    from drlcli.seed_statistics import bootstrap_interval, interquartile_mean
+def report(record: StudyRecord, seeds: list[int] = STUDY_SEEDS) -> str:
+    """The Markdown table of every variant recorded on ``seeds`` (those seeds' runs only)."""
+    from drlcli.seed_statistics import (
+        bootstrap_interval,
+        improvement_interval,
+        interquartile_mean,
+        probability_of_improvement,
+    )
 
     lines = [
-        "| variant | seeds | IQM [95% interval] | worst seed | under 2500 |",
-        "|---|---|---|---|---|",
+        "| variant | seeds | IQM [95% interval] | worst seed | under 2500 | P(improve) [95%] |",
+        "|---|---|---|---|---|---|",
     ]
+    preset = [value for seed, value in record.returns("preset").items() if seed in seeds]
     for variant in VARIANTS:
-        returns = record.returns(variant)
+        returns = {seed: value for seed, value in record.returns(variant).items() if seed in seeds}
         if not returns:
             continue
         values = list(returns.values())
         worst_seed = min(returns, key=returns.get)
         iqm = float(interquartile_mean(values))
+        figure = f"{iqm:.0f}"
         if len(values) >= 2:
             interval = bootstrap_interval([values])
-            figure = f"{iqm:.0f} [{interval.low:.0f}, {interval.high:.0f}]"
-        else:
-            figure = f"{iqm:.0f}"
+            figure += f" [{interval.low:.0f}, {interval.high:.0f}]"
+        improvement = "reference" if variant == "preset" else "-"
+        if variant != "preset" and len(values) >= 2 and len(preset) >= 2:
+            interval = improvement_interval(values, preset)
+            probability = float(probability_of_improvement(values, preset))
+            improvement = f"{probability:.2f} [{interval.low:.2f}, {interval.high:.2f}]"
         failed = sum(value < FAILED_BELOW for value in values)
         lines.append(
             f"| {variant} | {len(values)} | {figure} | {returns[worst_seed]:.0f} "
-            f"(seed {worst_seed}) | {failed}/{len(values)} |"
+            f"(seed {worst_seed}) | {failed}/{len(values)} | {improvement} |"
         )
     return "\n".join(lines)
+
+
+def verdict(record: StudyRecord, candidate: str, seeds: list[int] = CONFIRMATION_SEEDS) -> str:
+    """The interval rule on ``seeds``: ``candidate`` replaces the preset only if its
+    probability of improving on it has a 95% interval above 0.5."""
+    from drlcli.seed_statistics import improvement_interval
+
+    ours = [record.returns(candidate)[seed] for seed in seeds]
+    preset = [record.returns("preset")[seed] for seed in seeds]
+    interval = improvement_interval(ours, preset)
+    figure = f"{candidate}'s P(improve) interval [{interval.low:.2f}, {interval.high:.2f}]"
+    if interval.low > 0.5:
+        return f"interval rule: {candidate} replaces the preset; {figure} lies above 0.5"
+    return f"interval rule: the preset stays; {figure} holds 0.5"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("task", choices=sorted(TASKS))
-    parser.add_argument("--seeds", type=int, nargs="+", default=STUDY_SEEDS)
+    parser.add_argument("--seeds", type=int, nargs="+", default=None, help="default 5000-5004")
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=["preset", *SINGLES])
+    parser.add_argument(
+        "--confirm",
+        action="store_true",
+        help="the winner on seeds 5000-5004 against the preset on seeds 6000-6004",
+    )
     parser.add_argument("--hours", type=float, default=None, help="start no run past this")
     parser.add_argument("--steps", type=int, default=None, help="override the presets' budget")
     parser.add_argument("--commit", action="store_true", help="git commit each recorded run")
@@ -133,8 +187,23 @@ def main() -> None:
     )
     args = parser.parse_args()
     record = StudyRecord(args.results / args.task, commit_each_run=args.commit)
+    if args.confirm:
+        candidate = winner(record)
+        args.variants = ["preset", candidate]
+        args.seeds = args.seeds or CONFIRMATION_SEEDS
+    args.seeds = args.seeds or STUDY_SEEDS
+
+    def summary() -> str:
+        table = report(record, args.seeds)
+        done = all(
+            (variant, seed) in record.done() for variant in args.variants for seed in args.seeds
+        )
+        if args.confirm and done:
+            table += "\n\n" + verdict(record, candidate, args.seeds)
+        return table
+
     if args.report:
-        print(report(record))
+        print(summary())
         return
     output = args.output_dir / args.task
     output.mkdir(parents=True, exist_ok=True)
@@ -146,11 +215,11 @@ def main() -> None:
                 continue
             if not deadline.allows(record):
                 print(f"deadline: {variant} seed {seed} and later runs left for another sitting")
-                print(report(record))
+                print(summary())
                 return
             extra: dict[str, Any] = {}
             if variant == "combination":
-                extra["stabilisers"] = combination(record, args.seeds)
+                extra["stabilisers"] = combination(record)
                 changes = {
                     key: value
                     for name in extra["stabilisers"]
@@ -162,7 +231,7 @@ def main() -> None:
             if args.steps is not None:
                 config = dataclasses.replace(config, total_env_steps=args.steps)
             record.add(variant, seed, run_drl(config), **extra)
-    print(report(record))
+    print(summary())
 
 
 if __name__ == "__main__":
