@@ -16,7 +16,7 @@ from drlcli.runtime.process_owner import ProcessOwner
 from drlcli.runtime.ray_errors import actor_id_of
 from drlcli.runtime.ray_errors import get_or_raise as _get
 from drlcli.runtime.resources import process_resources
-from drlcli.runtime.restarts import RestartCounter, restartable_actor_options
+from drlcli.runtime.restarts import RestartCounter
 from drlcli.runtime.run_context import OffPolicyWorkerContext, RunContext
 
 
@@ -52,21 +52,17 @@ class OffPolicyRoundLoop:
             config.learner_threads,
             run.concurrent_runs,
         )
-        restartable = restartable_actor_options(config.max_rollout_actor_restarts)
-        started = self.processes.started
-        self.steppers = [
-            started(
-                ray.remote(EnvStepper)
-                .options(**resources.rollout_actor, **restartable)
-                .remote(run.rollout_actor_context(index))
-            )
-            for index in range(topology.num_actors)
-        ]
+        self.steppers = self.processes.started_rollout_actors(
+            EnvStepper,
+            [run.rollout_actor_context(index) for index in range(topology.num_actors)],
+            resources.rollout_actor,
+            config.max_rollout_actor_restarts,
+        )
         self.workers = []
         for learner_index in range(topology.num_learners):
             owned = list(topology.actors_of_learner(learner_index))
             self.workers.append(
-                started(
+                self.processes.started(
                     ray.remote(OffPolicyLearnerWorker)
                     .options(**resources.learner)
                     .remote(

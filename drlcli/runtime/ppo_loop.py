@@ -13,7 +13,7 @@ from drlcli.runtime.process_owner import ProcessOwner
 from drlcli.runtime.ray_errors import WorkerDied, actor_id_of
 from drlcli.runtime.ray_errors import get_or_raise as _get
 from drlcli.runtime.resources import process_resources
-from drlcli.runtime.restarts import RestartCounter, get_when_restarted, restartable_actor_options
+from drlcli.runtime.restarts import RestartCounter, get_when_restarted
 from drlcli.runtime.run_context import RunContext
 
 
@@ -62,15 +62,12 @@ class PPORoundLoop:
             )
             for _ in range(topology.num_learners)
         ]
-        restartable = restartable_actor_options(config.max_rollout_actor_restarts)
-        self.rollout_actors = [
-            started(
-                ray.remote(MuJoCoActor)
-                .options(**resources.rollout_actor, **restartable)
-                .remote(run.rollout_actor_context(index))
-            )
-            for index in range(topology.num_actors)
-        ]
+        self.rollout_actors = self.processes.started_rollout_actors(
+            MuJoCoActor,
+            [run.rollout_actor_context(index) for index in range(topology.num_actors)],
+            resources.rollout_actor,
+            config.max_rollout_actor_restarts,
+        )
         self.restarts = RestartCounter(
             config.max_rollout_actor_restarts, list(range(topology.num_actors))
         )

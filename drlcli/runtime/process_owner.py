@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
+
+from drlcli.runtime.restarts import restartable_actor_options
 
 
 class ProcessOwner:
@@ -18,6 +20,21 @@ class ProcessOwner:
         """Own ``handle`` (a Ray actor handle just created); returns it."""
         self.handles.append(handle)
         return handle
+
+    def started_rollout_actors(
+        self,
+        actor_class: type,
+        contexts: Sequence[Any],
+        resources: dict[str, Any],
+        max_restarts: int,
+    ) -> list[Any]:
+        """One Ray actor of ``actor_class`` per context, in order, each with ``resources`` and
+        restarted by Ray up to ``max_restarts`` times (``restartable_actor_options``); owned."""
+        import ray
+
+        options = {**resources, **restartable_actor_options(max_restarts)}
+        remote_class = ray.remote(actor_class).options(**options)
+        return [self.started(remote_class.remote(context)) for context in contexts]
 
     @contextlib.contextmanager
     def closed_on_failure(self) -> Iterator[ProcessOwner]:
