@@ -140,6 +140,30 @@ def test_adaptive_kl_resumes_from_the_step_size_it_reached():
             assert torch.equal(tensor, resumed_state[part][name]), name
 
 
+
+def test_a_resume_warns_that_an_edited_learning_rate_is_not_read_under_adaptive_kl():
+    """A resume under adaptive_kl goes on from the reached step size: an edited learning_rate
+    gets one warning line that names both values; an unchanged one, or the anneal schedule
+    (which reads it), gets none."""
+    from drlcli.algos.registry import get_algorithm
+    from drlcli.runtime.preflight import resume_ignored_changes
+
+    def config(**algo_params):
+        return config_from_dict(
+            {"env": {"id": "InvertedPendulum-v5"}, "algo": "ppo", "algo_params": algo_params}
+        )
+
+    ppo = get_algorithm("ppo")
+    adaptive = {"learning_rate_schedule": "adaptive_kl", "learning_rate": 3e-4}
+    stored = config(**adaptive).to_dict()
+    edited = config(**{**adaptive, "learning_rate": 1e-3})
+    (line,) = resume_ignored_changes(ppo, edited, stored)
+    assert line.startswith("warning: algo_params.learning_rate 0.001 is not read on resume")
+    assert "had 0.0003" in line
+    assert resume_ignored_changes(ppo, config(**adaptive), stored) == []
+    annealed = config(learning_rate=1e-3)
+    assert resume_ignored_changes(ppo, annealed, config(learning_rate=3e-4).to_dict()) == []
+
 # --- Robust Policy Optimization ------------------------------------------------------------
 
 

@@ -116,6 +116,25 @@ def preflight(
     return Preflight(algorithm, topology, facts, actor, stored, replay_file, reports_success)
 
 
+def resume_ignored_changes(
+    algorithm: Algorithm, config: Config, stored_config: dict[str, Any]
+) -> list[str]:
+    """The warnings for params this config changes from the checkpoint's config but a resumed
+    run does not read (``Algorithm.resume_ignored_params``: ``learning_rate`` under
+    ``adaptive_kl``, whose step size is the optimiser's checkpointed state); empty if none."""
+    stored_params = stored_config.get("algo_params") or {}
+    warnings = []
+    for name in algorithm.resume_ignored_params(config.algo_params):
+        edited, stored = getattr(config.algo_params, name), stored_params.get(name)
+        if stored is not None and edited != stored:
+            warnings.append(
+                f"warning: algo_params.{name} {edited} is not read on resume (the checkpoint's "
+                f"run had {stored}): the run goes on from the value its checkpointed learner "
+                "state holds"
+            )
+    return warnings
+
+
 def check_learner_device(
     algorithm: Algorithm, config: Config, actor: ProbedActor, topology: TrainingTopology
 ) -> None:

@@ -39,7 +39,7 @@ from drlcli.metrics.schema import metric_columns
 from drlcli.runtime.checkpointing import Checkpointing, best_criterion
 from drlcli.runtime.evaluation_runner import EvaluationRunner, evaluator_has_own_process
 from drlcli.runtime.nodes import check_every_node
-from drlcli.runtime.preflight import check_learner_device, preflight
+from drlcli.runtime.preflight import check_learner_device, preflight, resume_ignored_changes
 from drlcli.runtime.probe import ProbedActor
 from drlcli.runtime.progress import TrainingProgress
 from drlcli.runtime.ray_session import ray_session
@@ -195,6 +195,8 @@ class TrainingRun:
         if stored is not None:
             self.progress = dataclasses.replace(stored.progress)
             self.stored = stored
+            for line in resume_ignored_changes(algorithm, config, stored.config):
+                self.warn(line)
         # Enough logical CPUs for every rollout actor, learner and the evaluator.
         num_cpus = max(os.cpu_count() or 1, topology.num_actors + topology.num_learners + 1)
         runtime_env = config.runtime_env.to_ray()
