@@ -105,6 +105,7 @@ EXAMPLES: dict[str, list[tuple[str, str]]] = {
     "compare": [
         ("drl compare output/", "every seed group under output/ (names ending _seed<N>)"),
         ("drl compare runs/a runs/b --plot ab.png --json ab.json", "two configs' seeds"),
+        ("drl compare output/ --reference hopper_ppo", "each group against hopper_ppo's seeds"),
     ],
     "dashboard": [
         ("drl dashboard", "every run under output/, at http://127.0.0.1:6007/"),
@@ -544,17 +545,33 @@ def compare(
         Path | None,
         typer.Option("--json", metavar="PATH", help="Write the figures as JSON too ('-': stdout)."),
     ] = None,
+    reference: Annotated[
+        str | None,
+        typer.Option(
+            "--reference",
+            metavar="GROUP",
+            help="The group the others are measured against (default: the first found).",
+        ),
+    ] = None,
 ) -> None:
     """Compare groups of seeds: each group's final deterministic evaluation as median, IQM and
     95% stratified-bootstrap intervals (Agarwal et al. 2021), the probability that a group
     improves on the first, and a PNG of the evaluation curves with their interval bands."""
 
     def body() -> None:
-        from drlcli.compare import compare_groups, group_seed_runs, write_curves_png, write_json
+        from drlcli.compare import (
+            compare_groups,
+            group_seed_runs,
+            with_reference,
+            write_curves_png,
+            write_json,
+        )
         from drlcli.metrics.seed_runs import find_seed_runs
         from drlcli.report import render_comparison
 
         groups = group_seed_runs(find_seed_runs(paths))
+        if reference is not None:
+            groups = with_reference(groups, reference)
         reports = compare_groups(groups)
         console = stderr if json_path is not None and str(json_path) == "-" else stdout
         render_comparison(reports, console)

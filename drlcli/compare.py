@@ -103,6 +103,22 @@ def group_seed_runs(runs: Sequence[SeedRun]) -> dict[str, list[SeedRun]]:
     return groups
 
 
+def with_reference(groups: dict[str, list[SeedRun]], reference: str) -> dict[str, list[SeedRun]]:
+    """``groups`` with ``reference`` first (the group the others' probability of improvement is
+    measured against), the others in their order.
+
+    Raises:
+        UsageError: no group of that name (the message lists them).
+    """
+    if reference not in groups:
+        raise UsageError(
+            f"--reference {reference!r}: no such group; the groups are {', '.join(groups)}"
+        )
+    return {reference: groups[reference]} | {
+        name: members for name, members in groups.items() if name != reference
+    }
+
+
 def compare_groups(
     groups: dict[str, list[SeedRun]], resamples: int = RESAMPLES
 ) -> list[GroupReport]:

@@ -149,6 +149,43 @@ def test_compare_reports_each_group_writes_its_json_and_png(tmp_path, checkpoint
     assert plot.read_bytes()[:8] == PNG_MAGIC and plot.stat().st_size > 10_000
 
 
+def test_reference_names_the_group_the_others_are_measured_against(tmp_path):
+    """One folder whose groups come in name order: ``--reference`` puts the named one first
+    (the JSON's reference, P(improve) against it); a name that is no group is one line that
+    lists the groups, and nothing is written."""
+    root = tmp_path / "runs"
+    finals = {"a_variant": [10.0, 30.0, 20.0], "b_preset": [15.0, 25.0, 5.0]}
+    for group, values in finals.items():
+        for seed, value in enumerate(values):
+            write_run(root, f"{group}_seed{seed}", [(100, value)])
+    report, plot = tmp_path / "compare.json", tmp_path / "c.png"
+    result = invoke(
+        "compare", str(root), "--reference", "b_preset", "--plot", str(plot), "--json", str(report)
+    )
+    assert result.exit_code == 0, result.output
+    document = json.loads(report.read_text())
+    assert document["reference_group"] == "b_preset"
+    assert [group["group"] for group in document["groups"]] == ["b_preset", "a_variant"]
+    improvement = document["groups"][1]["probability_of_improvement"]["value"]
+    assert improvement == probability_of_improvement(finals["a_variant"], finals["b_preset"])
+    plot.unlink()
+    report.unlink()
+    line = one_error_line(
+        invoke(
+            "compare",
+            str(root),
+            "--reference",
+            "preset",
+            "--plot",
+            str(plot),
+            "--json",
+            str(report),
+        )
+    )
+    assert "--reference 'preset': no such group; the groups are a_variant, b_preset" in line
+    assert not plot.exists() and not report.exists()
+
+
 def test_a_run_without_its_checkpoint_counts_its_final_evaluation_record(tmp_path, checkpoint_file):
     """What a study commits instead of a checkpoint: the record written from the checkpoint
     (``final_evaluation_record``) gives the same final figure, task and seed; a damaged one is

@@ -4,7 +4,8 @@ stabiliser alone and the best combination, on seeds the presets were never chose
     python scripts/bench/stabiliser_study.py hopper --hours 2 --commit   # what fits in 2 hours
     python scripts/bench/stabiliser_study.py hopper --variants combination
     python scripts/bench/stabiliser_study.py hopper --report             # the table, no training
-    drl compare docs/results/data/stabilisers/hopper/metrics_hopper_{preset,rpo}_seed500?.csv
+    cd docs/results/data/stabilisers/hopper
+    drl compare metrics_hopper_*_seed500?.csv --reference hopper_preset    # curves, P(improve)
 
 Variants, each the preset (``hopper_ppo``, ``walker2d_ppo``: 1M env steps, its evaluations)
 with one change:
