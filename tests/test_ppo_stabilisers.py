@@ -24,9 +24,11 @@ from drlcli.algos.ppo.learner import (
 from drlcli.algos.ppo.networks import ReturnStatistics, build_value_network
 from drlcli.algos.ppo.params import PPOParams, RecurrentParams
 from drlcli.algos.ppo.round_steps import STEP_COLUMNS, RoundSteps, rollout_shape
+from drlcli.algos.registry import get_algorithm
 from drlcli.config import config_from_dict
 from drlcli.errors import ConfigError, PolicyActorContractError
 from drlcli.rollout import compute_gae
+from drlcli.runtime.preflight import resume_ignored_changes
 
 OBS_DIM, ACTION_DIM, ROWS = 5, 2, 64
 PARAMS = PPOParams(num_epochs=2, num_minibatches=4, hidden_sizes=(16, 16))
@@ -140,13 +142,10 @@ def test_adaptive_kl_resumes_from_the_step_size_it_reached():
             assert torch.equal(tensor, resumed_state[part][name]), name
 
 
-
 def test_a_resume_warns_that_an_edited_learning_rate_is_not_read_under_adaptive_kl():
     """A resume under adaptive_kl goes on from the reached step size: an edited learning_rate
     gets one warning line that names both values; an unchanged one, or the anneal schedule
     (which reads it), gets none."""
-    from drlcli.algos.registry import get_algorithm
-    from drlcli.runtime.preflight import resume_ignored_changes
 
     def config(**algo_params):
         return config_from_dict(
@@ -163,6 +162,7 @@ def test_a_resume_warns_that_an_edited_learning_rate_is_not_read_under_adaptive_
     assert resume_ignored_changes(ppo, config(**adaptive), stored) == []
     annealed = config(learning_rate=1e-3)
     assert resume_ignored_changes(ppo, annealed, config(learning_rate=3e-4).to_dict()) == []
+
 
 # --- Robust Policy Optimization ------------------------------------------------------------
 
