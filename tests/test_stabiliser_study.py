@@ -87,7 +87,7 @@ def test_the_winner_is_confirmed_on_fresh_seeds_by_its_probability_of_improvemen
 ):
     study = {
         "preset": [3000.0, 3100.0, 3200.0, 3300.0, 3400.0],
-        "normalize_value": [3000.0, 3100.0, 3200.0, 3300.0, 3450.0],
+        "normalize_value": [3000.0, 3150.0, 3250.0, 3350.0, 3450.0],  # IQM 3250: above 3200
         "adaptive_kl": [3500.0] * 5,
         "last_layer": [1000.0] * 5,
         "recompute": [3000.0] * 5,
@@ -110,6 +110,29 @@ def test_the_winner_is_confirmed_on_fresh_seeds_by_its_probability_of_improvemen
     assert stabiliser_study.verdict(tie, "adaptive_kl").startswith(
         "interval rule: the preset stays"
     )
+
+
+def test_fewer_than_two_singles_above_the_preset_make_no_combination_and_none_no_winner(
+    tmp_path, monkeypatch, capsys
+):
+    """A preset that no single beats: the combination would be the preset again and is not
+    run; --confirm has nothing to confirm. One single above it: the combination would be that
+    single again; it is the winner, confirmed alone."""
+    preset = [5000.0, 5100.0, 5200.0, 5300.0, 5400.0]
+    below = {name: [4000.0] * 5 for name in stabiliser_study.SINGLES}
+    record = _record(tmp_path / "walker2d", {"preset": preset, **below}, first_seed=5000)
+    paths = ("--results", str(tmp_path), "--output-dir", str(tmp_path / "out"))
+    out = _study(monkeypatch, capsys, "walker2d", "--variants", "combination", *paths)
+    assert "the singles whose IQM is above the preset's are none; fewer than two" in out
+    assert not record.returns("combination")
+    assert stabiliser_study.winner(record) is None
+    out = _study(monkeypatch, capsys, "walker2d", "--confirm", *paths)
+    assert "nothing to confirm, the preset stays" in out
+    assert not record.returns("preset").keys() & set(stabiliser_study.CONFIRMATION_SEEDS)
+    _record(tmp_path / "walker2d", {"rpo": [6000.0] * 5}, first_seed=5000)
+    out = _study(monkeypatch, capsys, "walker2d", "--variants", "combination", *paths)
+    assert "are ['rpo']; fewer than two" in out
+    assert stabiliser_study.winner(record) == "rpo"
 
 
 @pytest.mark.parametrize("variant", stabiliser_study.VARIANTS)

@@ -17,7 +17,8 @@ with one change:
 - ``recompute``: ``recompute_advantages_per_epoch: true`` (Tianshou);
 - ``rpo``: ``rpo_alpha: 0.5`` (CleanRL's ``rpo_continuous_action``);
 - ``combination``: every single stabiliser whose IQM over the recorded seeds is above the
-  preset's (decided from the record when it is run; refused before those seeds are recorded).
+  preset's (decided from the record when it is run; refused before those seeds are recorded;
+  not run when fewer than two are: one is that single again, none the preset).
 
 Seeds 5000-5004 by default (the presets were chosen on 0-4 and measured on 1000-1004). Runs go
 seed by seed, every variant of a seed before the next, so a study cut short compares the
@@ -27,9 +28,9 @@ at once); a recorded run is skipped, so a second sitting goes on where the first
 ``--hours`` starts no run that the record's median run time says would end after the deadline.
 
 ``--confirm`` is the interval rule's second step: the winner (the variant with the highest IQM
-on seeds 5000-5004) and the preset on 5 more seeds nothing was chosen on (6000-6004). The
-preset changes only if the winner's probability of improvement on those seeds has a 95%
-interval above 0.5.
+on seeds 5000-5004, if above the preset's; otherwise there is nothing to confirm) and the
+preset on 5 more seeds nothing was chosen on (6000-6004). The preset changes only if the
+winner's probability of improvement on those seeds has a 95% interval above 0.5.
 
 ``--report`` prints per variant, over the study's seeds (or the confirmation's with
 ``--confirm``), the IQM with its 95% stratified-bootstrap interval (``drl compare``'s), the
@@ -76,7 +77,8 @@ def _iqm_on(record: StudyRecord, variant: str, seeds: list[int]) -> float:
 
 
 def combination(record: StudyRecord, seeds: list[int] = STUDY_SEEDS) -> list[str]:
-    """The single stabilisers whose IQM over ``seeds`` is above the preset's.
+    """The single stabilisers whose IQM over ``seeds`` is above the preset's: the combination
+    when there are two or more (one is that single again, none is the preset again).
 
     Raises:
         SystemExit: a single variant or the preset lacks one of ``seeds``.
@@ -85,16 +87,21 @@ def combination(record: StudyRecord, seeds: list[int] = STUDY_SEEDS) -> list[str
     return [name for name in SINGLES if _iqm_on(record, name, seeds) > preset]
 
 
-def winner(record: StudyRecord, seeds: list[int] = STUDY_SEEDS) -> str:
-    """The stabilised variant with the highest IQM over ``seeds``: the one the confirmation
-    seeds test against the preset.
+def winner(record: StudyRecord, seeds: list[int] = STUDY_SEEDS) -> str | None:
+    """The stabilised variant with the highest IQM over ``seeds`` if it is above the preset's:
+    the one the confirmation seeds test against the preset; None when no variant beats the
+    preset (nothing to confirm). The combination is a candidate when it exists (two or more
+    singles above the preset).
 
     Raises:
-        SystemExit: the preset, a single or the combination lacks one of ``seeds``.
+        SystemExit: the preset, a single or an existing combination lacks one of ``seeds``.
     """
-    _iqm_on(record, "preset", seeds)
-    candidates = [variant for variant in VARIANTS if variant != "preset"]
-    return max(candidates, key=lambda variant: _iqm_on(record, variant, seeds))
+    preset = _iqm_on(record, "preset", seeds)
+    candidates = list(SINGLES)
+    if len(combination(record, seeds)) >= 2:
+        candidates.append("combination")
+    best = max(candidates, key=lambda variant: _iqm_on(record, variant, seeds))
+    return best if _iqm_on(record, best, seeds) > preset else None
 
 
 def variant_config(task: str, variant: str, seed: int, output: Path, changes: dict[str, Any]):
@@ -190,6 +197,13 @@ def main() -> None:
     record = StudyRecord(args.results / args.task, commit_each_run=args.commit)
     if args.confirm:
         candidate = winner(record)
+        if candidate is None:
+            print(
+                f"no stabilised variant's IQM on seeds {STUDY_SEEDS[0]}-{STUDY_SEEDS[-1]} is "
+                "above the preset's: nothing to confirm, the preset stays"
+            )
+            print(report(record, STUDY_SEEDS))
+            return
         args.variants = ["preset", candidate]
         args.seeds = args.seeds or CONFIRMATION_SEEDS
     args.seeds = args.seeds or STUDY_SEEDS
@@ -206,6 +220,12 @@ def main() -> None:
     if args.report:
         print(summary())
         return
+    if "combination" in args.variants and len(above := combination(record)) < 2:
+        print(
+            f"combination: the singles whose IQM is above the preset's are {above or 'none'}; "
+            "fewer than two make no combination, nothing to run"
+        )
+        args.variants = [variant for variant in args.variants if variant != "combination"]
     output = args.output_dir / args.task
     output.mkdir(parents=True, exist_ok=True)
     deadline = Deadline(args.hours, first_guess_s=600.0)
