@@ -57,6 +57,8 @@ SINGLES: dict[str, dict[str, Any]] = {
 }
 VARIANTS = ("preset", *SINGLES, "combination")
 FAILED_BELOW = 2500.0
+COMBINED_AT_LEAST = 2
+"""Singles above the preset that make a combination: one would be that single again."""
 STUDY_SEEDS = [5000, 5001, 5002, 5003, 5004]
 CONFIRMATION_SEEDS = [6000, 6001, 6002, 6003, 6004]
 
@@ -98,10 +100,11 @@ def winner(record: StudyRecord, seeds: list[int] = STUDY_SEEDS) -> str | None:
     """
     preset = _iqm_on(record, "preset", seeds)
     candidates = list(SINGLES)
-    if len(combination(record, seeds)) >= 2:
+    if len(combination(record, seeds)) >= COMBINED_AT_LEAST:
         candidates.append("combination")
-    best = max(candidates, key=lambda variant: _iqm_on(record, variant, seeds))
-    return best if _iqm_on(record, best, seeds) > preset else None
+    iqms = {variant: _iqm_on(record, variant, seeds) for variant in candidates}
+    best = max(iqms, key=iqms.__getitem__)
+    return best if iqms[best] > preset else None
 
 
 def variant_config(task: str, variant: str, seed: int, output: Path, changes: dict[str, Any]):
@@ -220,7 +223,7 @@ def main() -> None:
     if args.report:
         print(summary())
         return
-    if "combination" in args.variants and len(above := combination(record)) < 2:
+    if "combination" in args.variants and len(above := combination(record)) < COMBINED_AT_LEAST:
         print(
             f"combination: the singles whose IQM is above the preset's are {above or 'none'}; "
             "fewer than two make no combination, nothing to run"
