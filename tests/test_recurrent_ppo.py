@@ -10,7 +10,7 @@ import torch
 from drlcli.algos.ppo.algorithm import gaussian_actor_spec
 from drlcli.algos.ppo.learner import Learner, time_major
 from drlcli.algos.ppo.params import PPOParams, RecurrentParams
-from drlcli.algos.ppo.sequences import cut_into_chunks, stored_state
+from drlcli.algos.ppo.sequences import cut_into_chunks
 from drlcli.config import EnvConfig
 from drlcli.envs import make_env
 from drlcli.errors import CheckpointError
@@ -29,6 +29,11 @@ def recurrent_params(cell: str, sequence_length: int = 32, **changes) -> PPOPara
 def learner_of(params: PPOParams, obs_dim: int = OBS, action_dim: int = ACTIONS) -> Learner:
     spec = gaussian_actor_spec(params, [-1.0] * action_dim, [1.0] * action_dim)
     return Learner(spec, obs_dim, action_dim, params, seed=0)
+
+
+def stored_state(state: torch.Tensor) -> torch.Tensor:
+    """A core's state of ``B`` environments as a trajectory stores it, ``[B, *state]``."""
+    return state.movedim(-2, 0)
 
 
 def keep_where(state: torch.Tensor, envs: torch.Tensor, replacement: torch.Tensor) -> torch.Tensor:
@@ -131,20 +136,23 @@ def unrolled_loss(learner: Learner, rollout: dict, steps: int, envs: int) -> tup
     return loss, pg_loss, v_loss, entropy_loss
 
 
+@pytest.mark.parametrize("call_cost_steps", [256, 0], ids=["one call", "like-length groups"])
 @pytest.mark.parametrize(
     ("cell", "sequence_length", "clip_value_loss"),
     [("lstm", 4, False), ("gru", 4, True), ("lstm", 32, True), ("gru", 32, False)],
 )
 def test_the_masked_sequence_loss_and_its_gradients_are_those_of_a_loop_over_steps(
-    cell, sequence_length, clip_value_loss
+    cell, sequence_length, clip_value_loss, call_cost_steps
 ):
     """Chunks cut at episode starts and every ``sequence_length`` steps, padded to one width,
-    read in one fused call each, the means over the mask: the loss, its parts and autograd's
-    gradients of the loop over steps above. Length 4 cuts chunks inside episodes (padding,
-    truncated BPTT); 32 holds whole episodes."""
+    read in fused calls (one, or one per band of lengths), the means over the real steps: the
+    loss, its parts and autograd's gradients of the loop over steps above. Length 4 cuts
+    chunks inside episodes (padding, truncated BPTT); 32 holds whole episodes."""
     steps, envs = 13, 3
     params = recurrent_params(cell, sequence_length, clip_value_loss=clip_value_loss, ent_coef=0.01)
     learner = learner_of(params)
+    for core in (learner.actor.core, learner.value_network.core):
+        core.call_cost_steps = call_cost_steps
     assert learner.closed_form is None  # the closed form is the MLP's
     rollout = synthetic_rollout(learner, steps, envs, seed=1)
     chunks = cut_into_chunks(rollout["episode_start"], sequence_length)
@@ -173,7 +181,7 @@ def test_the_value_networks_thread_writes_the_gradient_of_the_whole_loss(cell, c
     """The update runs the value network's forward and backward on a second thread: its
     gradients, the policy's and the stats are those of ``ppo_loss(...).backward()`` on one
     thread, bit for bit, and an error on either side is raised with no thread left writing."""
-    from drlcli.algos.ppo.learner import ppo_loss, time_major, trimmed
+    from drlcli.algos.ppo.learner import ppo_loss, time_major
 
     params = recurrent_params(cell, 4, clip_value_loss=clip_value_loss, ent_coef=0.01)
     learner = learner_of(params)
@@ -182,18 +190,18 @@ def test_the_value_networks_thread_writes_the_gradient_of_the_whole_loss(cell, c
     stats = learner.minibatch_gradients(**columns)
     threaded = learner.flat.values.grad.clone()
 
-    chunks = {name: time_major(name, column) for name, column in trimmed(columns)}
-    new_logprob, entropy, new_value = learner.evaluate_actions(chunks)
+    chunks = {name: time_major(name, column) for name, column in columns.items()}
+    new_logprob, entropy, new_value = learner.evaluate_actions(chunks)  # of the real steps
+    real = chunks["mask"]
     loss, one_thread = ppo_loss(
         new_logprob=new_logprob,
         entropy=entropy,
         new_value=new_value,
-        old_logprob=chunks["old_logprob"],
-        old_value=chunks["old_value"],
-        advantages=chunks["advantages"],
-        returns=chunks["returns"],
+        old_logprob=chunks["old_logprob"][real],
+        old_value=chunks["old_value"][real],
+        advantages=chunks["advantages"][real],
+        returns=chunks["returns"][real],
         params=params,
-        mask=chunks["mask"],
     )
     learner.flat.zero_grad()
     loss.backward()
@@ -254,11 +262,11 @@ def test_the_learners_chunk_read_gives_the_rollouts_log_probs_and_values(cell):
     learner.add(trajectory)
     steps = {name: time_major(name, column) for name, column in learner._round_columns()[0].items()}
     with torch.no_grad():
-        log_prob, _, values = learner.evaluate_actions(steps)
+        log_prob, _, values = learner.evaluate_actions(steps)  # of the real steps
     real = steps["mask"]
-    assert int(real.sum()) == 40 * ENV.num_envs
-    torch.testing.assert_close(log_prob[real], steps["old_logprob"][real], rtol=0, atol=2e-5)
-    torch.testing.assert_close(values[real], steps["old_value"][real], rtol=0, atol=2e-5)
+    assert int(real.sum()) == len(log_prob) == 40 * ENV.num_envs
+    torch.testing.assert_close(log_prob, steps["old_logprob"][real], rtol=0, atol=2e-5)
+    torch.testing.assert_close(values, steps["old_value"][real], rtol=0, atol=2e-5)
 
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from drlcli.algos.ppo.algorithm import gaussian_actor_spec
-from drlcli.algos.ppo.learner import Learner, ppo_loss, time_major, trimmed
+from drlcli.algos.ppo.learner import Learner, ppo_loss, time_major
 from drlcli.algos.ppo.params import PPOParams, RecurrentParams
 
 STEPS, ENVS, OBS, ACTIONS = 512, 4, 2, 1
@@ -30,18 +30,18 @@ STEPS, ENVS, OBS, ACTIONS = 512, 4, 2, 1
 
 def one_thread_gradients(learner: Learner, **chunks: torch.Tensor) -> dict:
     """The baseline: ``ppo_loss`` of both networks and one backward, on the calling thread."""
-    chunks = {name: time_major(name, column) for name, column in trimmed(chunks)}
-    new_logprob, entropy, new_value = learner.evaluate_actions(chunks)
+    chunks = {name: time_major(name, column) for name, column in chunks.items()}
+    new_logprob, entropy, new_value = learner.evaluate_actions(chunks)  # of the real steps
+    real = chunks["mask"]
     loss, stats = ppo_loss(
         new_logprob=new_logprob,
         entropy=entropy,
         new_value=new_value,
-        old_logprob=chunks["old_logprob"],
-        old_value=chunks["old_value"],
-        advantages=chunks["advantages"],
-        returns=chunks["returns"],
+        old_logprob=chunks["old_logprob"][real],
+        old_value=chunks["old_value"][real],
+        advantages=chunks["advantages"][real],
+        returns=chunks["returns"][real],
         params=learner.params,
-        mask=chunks["mask"],
     )
     learner.flat.zero_grad()
     loss.backward()

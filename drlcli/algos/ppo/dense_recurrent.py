@@ -19,6 +19,7 @@ The cells, as torch defines them (``x`` the layer's input, ``h``/``c`` its state
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,6 +42,14 @@ class DenseCellLayer:
 def _sigmoid(values: np.ndarray) -> np.ndarray:
     """``1 / (1 + exp(-x))`` without overflow warnings: ``(1 + tanh(x / 2)) / 2``."""
     return 0.5 * (1.0 + np.tanh(0.5 * values))
+
+
+@functools.cache
+def _lstm_tanh_scale(size: int) -> np.ndarray:
+    """``[4 * size]``: 0.5 for the input, forget and output gates, 1 for the candidate."""
+    scale = np.full(4 * size, 0.5, dtype=np.float32)
+    scale[2 * size : 3 * size] = 1.0
+    return scale
 
 
 class DenseRecurrentCore:
@@ -91,11 +100,14 @@ class DenseRecurrentCore:
         gates += hidden @ layer.weight_hh.T
         gates += layer.bias_ih
         gates += layer.bias_hh
+        # One tanh for the four gates: sigmoid(x) = (1 + tanh(x / 2)) / 2, so the input,
+        # forget and output gates' pre-activations are halved and the candidate's kept.
         size = hidden.shape[1]
-        input_gate, forget_gate = gates[:, :size], gates[:, size : 2 * size]
-        candidate, output_gate = gates[:, 2 * size : 3 * size], gates[:, 3 * size :]
-        cell_after = _sigmoid(forget_gate) * cell + _sigmoid(input_gate) * np.tanh(candidate)
-        return _sigmoid(output_gate) * np.tanh(cell_after), cell_after
+        squashed = np.tanh(gates * _lstm_tanh_scale(size))
+        input_gate, forget_gate = squashed[:, :size], squashed[:, size : 2 * size]
+        candidate, output_gate = squashed[:, 2 * size : 3 * size], squashed[:, 3 * size :]
+        cell_after = 0.5 * ((1.0 + forget_gate) * cell + (1.0 + input_gate) * candidate)
+        return 0.5 * (1.0 + output_gate) * np.tanh(cell_after), cell_after
 
     @staticmethod
     def _gru(layer: DenseCellLayer, inputs: np.ndarray, hidden: np.ndarray) -> np.ndarray:

@@ -1,6 +1,7 @@
 """Where a recurrent policy's memory lives during a rollout (ADR 0018): every environment's
 policy and value-core state, carried from step to step and across rounds, zeroed where an
-episode starts. Pure torch and numpy: the rollout actor holds one and checkpoints it.
+episode starts. Pure numpy, as the rollout steps the cores (``dense_recurrent.py``); its
+checkpoint holds torch tensors. The rollout actor holds one and checkpoints it.
 """
 
 from __future__ import annotations
@@ -10,15 +11,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from drlcli.actors.recurrent import RecurrentCore
-from drlcli.algos.ppo.sequences import stored_state
-
 
 class RolloutMemory:
     """The recurrent states of ``num_envs`` environments.
 
     Attributes:
-        policy: the policy core's state ``[*, num_envs, size]`` (``RecurrentCore`` layout).
+        policy: the policy core's state ``[*, num_envs, size]`` float32 (``RecurrentCore``
+            layout).
         value: the value core's.
         episode_starts: ``[num_envs]`` bool: the environment's next step is its episode's
             first (all at the start of a run; where the last step ended one, terminated or
@@ -26,34 +25,35 @@ class RolloutMemory:
     """
 
     def __init__(self, policy_shape: tuple[int, ...], value_shape: tuple[int, ...]) -> None:
-        self.policy = torch.zeros(policy_shape)
-        self.value = torch.zeros(value_shape)
+        self.policy = np.zeros(policy_shape, dtype=np.float32)
+        self.value = np.zeros(value_shape, dtype=np.float32)
         self.episode_starts = np.ones(policy_shape[-2], dtype=bool)
 
     def begin_step(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Zero the states of environments whose episode starts now; returns what the step
         reads, as a trajectory stores it: ``(episode_start [n], policy_state [n, *state],
-        value_state [n, *state])``."""
-        starts = self.episode_starts.copy()
+        value_state [n, *state])``, views to copy before the states move on."""
+        starts = self.episode_starts
         if starts.any():
-            reset = torch.from_numpy(starts)
-            self.policy = RecurrentCore.reset(self.policy, reset)
-            self.value = RecurrentCore.reset(self.value, reset)
-        return starts, stored_state(self.policy).numpy(), stored_state(self.value).numpy()
+            self.policy[..., starts, :] = 0.0
+            self.value[..., starts, :] = 0.0
+        return starts, np.moveaxis(self.policy, -2, 0), np.moveaxis(self.value, -2, 0)
 
     def end_step(self, episode_ended: np.ndarray) -> None:
         """After the step: an environment whose episode ended starts its next one."""
         self.episode_starts = np.asarray(episode_ended, dtype=bool).copy()
 
-    def value_state_of_next_step(self) -> torch.Tensor:
+    def value_state_of_next_step(self) -> np.ndarray:
         """The value core's state the next step will read (zeros where it starts an episode),
         without moving on: the bootstrap value of a rollout's last observation."""
-        return RecurrentCore.reset(self.value, torch.from_numpy(self.episode_starts))
+        state = self.value.copy()
+        state[..., self.episode_starts, :] = 0.0
+        return state
 
     def state_dict(self) -> dict[str, Any]:
         return {
-            "policy_state": self.policy.clone(),
-            "value_state": self.value.clone(),
+            "policy_state": torch.from_numpy(self.policy.copy()),
+            "value_state": torch.from_numpy(self.value.copy()),
             "episode_starts": self.episode_starts.copy(),
         }
 
@@ -63,11 +63,11 @@ class RolloutMemory:
         Raises:
             ValueError: another shape (another cell, size, layers or number of envs).
         """
-        policy = torch.as_tensor(state["policy_state"], dtype=torch.float32)
-        value = torch.as_tensor(state["value_state"], dtype=torch.float32)
+        policy = torch.as_tensor(state["policy_state"], dtype=torch.float32).numpy()
+        value = torch.as_tensor(state["value_state"], dtype=torch.float32).numpy()
         starts = np.asarray(state["episode_starts"], dtype=bool)
-        wanted = (tuple(self.policy.shape), tuple(self.value.shape), self.episode_starts.shape)
-        stored = (tuple(policy.shape), tuple(value.shape), starts.shape)
+        wanted = (self.policy.shape, self.value.shape, self.episode_starts.shape)
+        stored = (policy.shape, value.shape, starts.shape)
         if stored != wanted:
             raise ValueError(f"recurrent states of shapes {stored}, expected {wanted}")
-        self.policy, self.value, self.episode_starts = policy.clone(), value.clone(), starts.copy()
+        self.policy, self.value, self.episode_starts = policy.copy(), value.copy(), starts.copy()

@@ -23,7 +23,6 @@ from drlcli.algos.ppo.dense_recurrent import DenseRecurrentCore
 from drlcli.algos.ppo.networks import build_value_network
 from drlcli.algos.ppo.params import PPOParams
 from drlcli.algos.ppo.rollout_memory import RolloutMemory
-from drlcli.algos.ppo.sequences import stored_state
 from drlcli.env_facts import EnvFacts
 from drlcli.normalization import (
     RewardScaler,
@@ -186,8 +185,8 @@ class RolloutSampler:
             final_obs = np.empty((steps, num_envs, obs_dim), dtype=np.float32)
         if memory is not None:
             episode_start = np.empty((steps, num_envs), dtype=bool)
-            policy_states = np.empty((steps, *stored_state(memory.policy).shape), np.float32)
-            value_states = np.empty((steps, *stored_state(memory.value).shape), np.float32)
+            policy_states = np.empty((steps, *np.moveaxis(memory.policy, -2, 0).shape), np.float32)
+            value_states = np.empty((steps, *np.moveaxis(memory.value, -2, 0).shape), np.float32)
 
         with torch.inference_mode():
             for t in range(steps):
@@ -321,20 +320,18 @@ class RolloutSampler:
         """A recurrent policy's step of every env from normalised observations ``[n, O]`` and
         the states ``memory.begin_step`` left: raw actions ``[n, A]``, their log-probs and
         the values ``[n]``; the memory moves on to the states after the step."""
-        features, policy_state = self.dense_policy_core.step(
-            self.groups.policy(obs), memory.policy.numpy()
-        )
+        features, policy_state = self.dense_policy_core.step(self.groups.policy(obs), memory.policy)
         sampled, log_prob = self._sample_around(self.dense_policy_mean.forward(features)[-1])
         values, value_state = self._recurrent_values(self.groups.critic(obs), memory.value)
-        memory.policy, memory.value = torch.from_numpy(policy_state), torch.from_numpy(value_state)
+        memory.policy, memory.value = policy_state, value_state
         return sampled, log_prob, values
 
     def _recurrent_values(
-        self, obs: np.ndarray, state: torch.Tensor
+        self, obs: np.ndarray, state: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         """The recurrent critic's values ``[n]`` of ``obs [n, O]`` read from ``state``, and
         the state after that step."""
-        features, after = self.dense_value_core.step(obs, state.numpy())
+        features, after = self.dense_value_core.step(obs, state)
         return self._real(self.dense_value.forward(features)[-1][:, 0]), after
 
     def _values(
@@ -348,7 +345,7 @@ class RolloutSampler:
         if self.memory is not None:
             state = self.memory.value_state_of_next_step() if next_step else self.memory.value
             if envs is not None:
-                state = state[..., torch.from_numpy(envs), :]
+                state = state[..., envs, :]
             return self._recurrent_values(obs, state)[0]
         if self.dense_value is None:
             return self._real(self.value_network(torch.from_numpy(obs)).numpy())
