@@ -1,15 +1,23 @@
-"""The recurrent PPO update with the value network on its own thread, against the same update
-with one backward on one thread (the baseline), in one run.
+"""The recurrent PPO update as drl runs it against the same update with one backward on one
+thread and every chunk of a minibatch in one fused call (the baseline), in one run.
 
     python scripts/bench/recurrent_update.py                      # LSTM, 4 minibatches
     python scripts/bench/recurrent_update.py --cell gru --num-minibatches 32
+    python scripts/bench/recurrent_update.py --episode-length 10  # an early round's episodes
 
 One learner of the position-only pendulum's sizes (LSTM or GRU of 64 units, 64x64 heads, 10
 epochs, chunks of 32 steps) trains on a synthetic rollout of 4 envs x 512 steps with an episode
-start per env every ~100 steps; each repeat times ``add`` and ``train_step`` of the round (its
-median over 3 rounds after a first, the warm-up) for both paths. Prints the medians over the
-repeats and the ratio baseline / threaded. torch runs one intra-op thread, as a learner beside
-its rollout actors does.
+start per env every ``--episode-length`` steps on average (100 by default; a random policy's
+pendulum episodes last about 8); each repeat times ``add`` and ``train_step`` of the round (its
+median over 3 rounds after a first, the warm-up) for three paths:
+
+- ``baseline``: ``ppo_loss`` of both networks and one backward on one thread, every chunk of a
+  minibatch in one fused call;
+- ``value thread``: the value network on its own thread, one fused call;
+- ``drl``: the value thread and chunks of like length read together (``real_steps``).
+
+Prints the medians over the repeats and each path's ratio baseline / path. torch runs one
+intra-op thread, as a learner beside its rollout actors does.
 """
 
 from __future__ import annotations
@@ -48,10 +56,12 @@ def one_thread_gradients(learner: Learner, **chunks: torch.Tensor) -> dict:
     return stats
 
 
-def rollout(learner: Learner, rng: np.random.Generator) -> dict[str, np.ndarray]:
+def rollout(
+    learner: Learner, rng: np.random.Generator, episode_length: float
+) -> dict[str, np.ndarray]:
     """A round as a rollout actor sends it, with random data and zero stored states."""
     count = STEPS * ENVS
-    starts = rng.random((STEPS, ENVS)) < 0.01
+    starts = rng.random((STEPS, ENVS)) < 1.0 / episode_length
     starts[0] = True
     policy_shape = learner.actor.core.state_shape(1)
     value_shape = learner.value_network.core.state_shape(1)
@@ -72,16 +82,24 @@ def _without_batch(shape: tuple[int, ...]) -> tuple[int, ...]:
     return shape[:-2] + shape[-1:]  # the core's state [..., B, size] stored per step
 
 
-def seconds_per_round(cell: str, minibatches: int, threaded: bool, seed: int) -> float:
+PATHS = ("baseline", "value thread", "drl")
+
+
+def seconds_per_round(
+    cell: str, minibatches: int, path: str, seed: int, episode_length: float
+) -> float:
     core = RecurrentParams(cell=cell, size=64, layers=1, sequence_length=32)
     params = PPOParams(
         hidden_sizes=(64, 64), num_minibatches=minibatches, num_epochs=10, recurrent=core
     )
     spec = gaussian_actor_spec(params, [-3.0] * ACTIONS, [3.0] * ACTIONS)
     learner = Learner(spec, OBS, ACTIONS, params, seed=seed)
-    if not threaded:
+    if path != "drl":  # every chunk of a minibatch in one call
+        for recurrent_core in (learner.actor.core, learner.value_network.core):
+            recurrent_core.call_cost_steps = float("inf")
+    if path == "baseline":
         learner.minibatch_gradients = lambda **chunks: one_thread_gradients(learner, **chunks)
-    data = rollout(learner, np.random.default_rng(seed))
+    data = rollout(learner, np.random.default_rng(seed), episode_length)
     times = []
     for _ in range(4):
         start = time.perf_counter()
@@ -95,18 +113,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cell", choices=("lstm", "gru"), default="lstm")
     parser.add_argument("--num-minibatches", type=int, default=4)
+    parser.add_argument("--episode-length", type=float, default=100.0)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    baseline, threaded = [], []
+    seconds: dict[str, list[float]] = {path: [] for path in PATHS}
     for repeat in range(args.repeats):
-        baseline.append(seconds_per_round(args.cell, args.num_minibatches, False, repeat))
-        threaded.append(seconds_per_round(args.cell, args.num_minibatches, True, repeat))
-        print(f"repeat {repeat}: one thread {baseline[-1]:.3f} s, value thread {threaded[-1]:.3f}")
-    one, two = statistics.median(baseline), statistics.median(threaded)
+        for path in PATHS:
+            seconds[path].append(
+                seconds_per_round(
+                    args.cell, args.num_minibatches, path, repeat, args.episode_length
+                )
+            )
+        print(f"repeat {repeat}: " + ", ".join(f"{p} {seconds[p][-1]:.3f} s" for p in PATHS))
+    medians = {path: statistics.median(values) for path, values in seconds.items()}
     print(
-        f"{args.cell}, {args.num_minibatches} minibatches, median of {args.repeats}: one thread "
-        f"{one:.3f} s a round, value thread {two:.3f} s, ratio {one / two:.2f}"
+        f"{args.cell}, {args.num_minibatches} minibatches, episodes of ~{args.episode_length:g} "
+        f"steps, median of {args.repeats} (s a round; ratio baseline / path): "
+        + ", ".join(f"{p} {medians[p]:.3f} ({medians['baseline'] / medians[p]:.2f})" for p in PATHS)
     )
 
 
