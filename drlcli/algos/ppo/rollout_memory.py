@@ -28,6 +28,11 @@ class RolloutMemory:
         self.policy = np.zeros(policy_shape, dtype=np.float32)
         self.value = np.zeros(value_shape, dtype=np.float32)
         self.episode_starts = np.ones(policy_shape[-2], dtype=bool)
+        # The batch axis first, as a trajectory stores states (np.moveaxis costs 3x a transpose).
+        self._policy_stored, self._value_stored = (
+            (len(shape) - 2, *range(len(shape) - 2), len(shape) - 1)
+            for shape in (policy_shape, value_shape)
+        )
 
     def begin_step(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Zero the states of environments whose episode starts now; returns what the step
@@ -37,7 +42,11 @@ class RolloutMemory:
         if starts.any():
             self.policy[..., starts, :] = 0.0
             self.value[..., starts, :] = 0.0
-        return starts, np.moveaxis(self.policy, -2, 0), np.moveaxis(self.value, -2, 0)
+        return (
+            starts,
+            self.policy.transpose(self._policy_stored),
+            self.value.transpose(self._value_stored),
+        )
 
     def end_step(self, episode_ended: np.ndarray) -> None:
         """After the step: an environment whose episode ended starts its next one."""
