@@ -136,23 +136,20 @@ def unrolled_loss(learner: Learner, rollout: dict, steps: int, envs: int) -> tup
     return loss, pg_loss, v_loss, entropy_loss
 
 
-@pytest.mark.parametrize("call_cost_steps", [256, 0], ids=["one call", "like-length groups"])
 @pytest.mark.parametrize(
     ("cell", "sequence_length", "clip_value_loss"),
     [("lstm", 4, False), ("gru", 4, True), ("lstm", 32, True), ("gru", 32, False)],
 )
 def test_the_masked_sequence_loss_and_its_gradients_are_those_of_a_loop_over_steps(
-    cell, sequence_length, clip_value_loss, call_cost_steps
+    cell, sequence_length, clip_value_loss
 ):
     """Chunks cut at episode starts and every ``sequence_length`` steps, padded to one width,
-    read in fused calls (one, or one per band of lengths), the means over the real steps: the
-    loss, its parts and autograd's gradients of the loop over steps above. Length 4 cuts
-    chunks inside episodes (padding, truncated BPTT); 32 holds whole episodes."""
+    read in one fused call each, the means over the mask: the loss, its parts and autograd's
+    gradients of the loop over steps above. Length 4 cuts chunks inside episodes (padding,
+    truncated BPTT); 32 holds whole episodes."""
     steps, envs = 13, 3
     params = recurrent_params(cell, sequence_length, clip_value_loss=clip_value_loss, ent_coef=0.01)
     learner = learner_of(params)
-    for core in (learner.actor.core, learner.value_network.core):
-        core.call_cost_steps = call_cost_steps
     assert learner.closed_form is None  # the closed form is the MLP's
     rollout = synthetic_rollout(learner, steps, envs, seed=1)
     chunks = cut_into_chunks(rollout["episode_start"], sequence_length)
@@ -181,7 +178,7 @@ def test_the_value_networks_thread_writes_the_gradient_of_the_whole_loss(cell, c
     """The update runs the value network's forward and backward on a second thread: its
     gradients, the policy's and the stats are those of ``ppo_loss(...).backward()`` on one
     thread, bit for bit, and an error on either side is raised with no thread left writing."""
-    from drlcli.algos.ppo.learner import ppo_loss, time_major
+    from drlcli.algos.ppo.learner import ppo_loss, time_major, trimmed
 
     params = recurrent_params(cell, 4, clip_value_loss=clip_value_loss, ent_coef=0.01)
     learner = learner_of(params)
@@ -190,18 +187,18 @@ def test_the_value_networks_thread_writes_the_gradient_of_the_whole_loss(cell, c
     stats = learner.minibatch_gradients(**columns)
     threaded = learner.flat.values.grad.clone()
 
-    chunks = {name: time_major(name, column) for name, column in columns.items()}
-    new_logprob, entropy, new_value = learner.evaluate_actions(chunks)  # of the real steps
-    real = chunks["mask"]
+    chunks = {name: time_major(name, column) for name, column in trimmed(columns)}
+    new_logprob, entropy, new_value = learner.evaluate_actions(chunks)
     loss, one_thread = ppo_loss(
         new_logprob=new_logprob,
         entropy=entropy,
         new_value=new_value,
-        old_logprob=chunks["old_logprob"][real],
-        old_value=chunks["old_value"][real],
-        advantages=chunks["advantages"][real],
-        returns=chunks["returns"][real],
+        old_logprob=chunks["old_logprob"],
+        old_value=chunks["old_value"],
+        advantages=chunks["advantages"],
+        returns=chunks["returns"],
         params=params,
+        mask=chunks["mask"],
     )
     learner.flat.zero_grad()
     loss.backward()
@@ -262,11 +259,11 @@ def test_the_learners_chunk_read_gives_the_rollouts_log_probs_and_values(cell):
     learner.add(trajectory)
     steps = {name: time_major(name, column) for name, column in learner._round_columns()[0].items()}
     with torch.no_grad():
-        log_prob, _, values = learner.evaluate_actions(steps)  # of the real steps
+        log_prob, _, values = learner.evaluate_actions(steps)
     real = steps["mask"]
-    assert int(real.sum()) == len(log_prob) == 40 * ENV.num_envs
-    torch.testing.assert_close(log_prob, steps["old_logprob"][real], rtol=0, atol=2e-5)
-    torch.testing.assert_close(values, steps["old_value"][real], rtol=0, atol=2e-5)
+    assert int(real.sum()) == 40 * ENV.num_envs
+    torch.testing.assert_close(log_prob[real], steps["old_logprob"][real], rtol=0, atol=2e-5)
+    torch.testing.assert_close(values[real], steps["old_value"][real], rtol=0, atol=2e-5)
 
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from drlcli.actors.recurrent import RecurrentCore, like_length_groups
-from drlcli.algos.ppo.sequences import cut_into_chunks, standardize_masked
+from drlcli.actors.recurrent import RecurrentCore
+from drlcli.algos.ppo.sequences import cut_into_chunks, masked_mean, standardize_masked
 
 
 def test_a_rollout_is_cut_per_env_at_episode_starts_and_every_max_length_steps():
@@ -80,11 +80,9 @@ def unrolled(core, features, starts, state):
     return torch.stack(outputs), torch.stack(before)
 
 
-def chunked(core, features, chunks, before, grouped=False):
+def chunked(core, features, chunks, before):
     """The training's way: each chunk read in one call from the stored state its first step
-    read (``grouped``: chunks of like length together, each band of lengths its own call,
-    ``RecurrentCore.real_steps``); outputs back at their flat steps ``[T * N, size]`` (padding
-    left out)."""
+    read; outputs back at their flat steps ``[T * N, size]`` (padding left out)."""
     steps, envs = features.shape[:2]
     flat = features.reshape(steps * envs, -1)
     index = torch.as_tensor(chunks.index)
@@ -93,21 +91,14 @@ def chunked(core, features, chunks, before, grouped=False):
     state = torch.stack(
         [before[int(f) // envs][..., int(f) % envs, :] for f in chunks.first], dim=-2
     )
-    if grouped:
-        core.call_cost_steps = 0  # every band of lengths read in its own call
-        real = core.real_steps(flat[index].transpose(0, 1), state, mask.T)  # [n, size]
-        del core.call_cost_steps
-    else:
-        outputs, _ = core.sequence(flat[index].transpose(0, 1), state)  # [L, C, size]
-        real = outputs[mask.T]
+    outputs, _ = core.sequence(flat[index].transpose(0, 1), state)  # [L, C, size]
     result = torch.zeros(steps * envs, core.size)
-    result = result.index_put((index.T[mask.T],), real)
+    result = result.index_put((index[mask],), outputs.transpose(0, 1)[mask])
     return result, mask
 
 
-@pytest.mark.parametrize("grouped", [False, True], ids=["one call", "like-length groups"])
 @pytest.mark.parametrize(("cell", "layers"), [("lstm", 1), ("gru", 1), ("lstm", 2), ("gru", 2)])
-def test_a_chunk_read_in_one_call_equals_the_rollouts_steps_with_resets(cell, layers, grouped):
+def test_a_chunk_read_in_one_call_equals_the_rollouts_steps_with_resets(cell, layers):
     torch.manual_seed(0)
     rng = np.random.default_rng(1)
     steps, envs, size = 23, 3, 8
@@ -119,14 +110,12 @@ def test_a_chunk_read_in_one_call_equals_the_rollouts_steps_with_resets(cell, la
     with torch.no_grad():
         expected, before = unrolled(core, features, starts, initial)
         chunks = cut_into_chunks(starts_np, max_length=6)
-        assert len(like_length_groups(chunks.mask.sum(1), 0)) > 1  # lengths of several bands
-        got, _ = chunked(core, features, chunks, before, grouped)
+        got, _ = chunked(core, features, chunks, before)
     torch.testing.assert_close(got, expected.reshape(steps * envs, size), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("grouped", [False, True], ids=["one call", "like-length groups"])
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
-def test_the_masked_chunk_loss_has_the_gradients_of_the_unrolled_loss(cell, grouped):
+def test_the_masked_chunk_loss_has_the_gradients_of_the_unrolled_loss(cell):
     """Truncated BPTT: gradients reach back to a chunk's first step, from the stored state
     (held fixed), the same as the loop of steps whose state is cut off at each chunk start."""
     torch.manual_seed(2)
@@ -141,7 +130,7 @@ def test_the_masked_chunk_loss_has_the_gradients_of_the_unrolled_loss(cell, grou
     chunks = cut_into_chunks(starts_np, max_length=5)
     weights = torch.randn(steps * envs, size)
 
-    got, mask = chunked(core, features, chunks, before, grouped)
+    got, mask = chunked(core, features, chunks, before)
     loss = (got * weights).sum() / (steps * envs)
     fused = torch.autograd.grad(loss, list(core.parameters()))
 
@@ -167,37 +156,13 @@ def test_the_masked_chunk_loss_has_the_gradients_of_the_unrolled_loss(cell, grou
     assert mask.sum() == steps * envs
 
 
-def test_like_length_groups_part_bands_of_lengths_where_the_padding_saved_outweighs_a_call():
-    lengths = np.array([32, 3, 17, 30, 8, 2, 16, 9, 1, 32])
-    # Bands: (16, 32] {32, 17, 30, 32}, (8, 16] {16, 9}, (4, 8] {8}, (2, 4] {3}, (1, 2] {2},
-    # (0, 1] {1}.
-    every_band = like_length_groups(lengths, 0)
-    assert [(list(chunks), length) for chunks, length in every_band] == [
-        ([0, 2, 3, 9], 32),
-        ([6, 7], 16),
-        ([4], 8),
-        ([1], 3),
-        ([5], 2),
-        ([8], 1),
-    ]
-    # A band joins the group before where count * (group's longest - its own) < the cost.
-    # At 10: {16, 9} would save 2 * (32 - 16) = 32 steps (parted), {8} 1 * (16 - 8) = 8
-    # (joins), {3} 13 (parted), {2} 1 and {1} 2 (join). At 33 every band joins the first.
-    assert [length for _, length in like_length_groups(lengths, 10)] == [32, 16, 3]
-    assert [length for _, length in like_length_groups(lengths, 33)] == [32]
-    grouped = like_length_groups(lengths, 10)
-    assert sorted(np.concatenate([chunks for chunks, _ in grouped])) == list(range(len(lengths)))
-    for chunks, length in grouped:
-        assert lengths[chunks].max() == length
-    assert [length for _, length in like_length_groups(np.array([5, 5, 5]), 0)] == [5]
-
-
-def test_standardized_advantages_are_those_of_the_real_steps_alone():
+def test_masked_statistics_are_those_of_the_real_steps_alone():
     rng = np.random.default_rng(4)
     values = rng.normal(size=(5, 7))
     mask = rng.random((5, 7)) < 0.6
     mask[0, 0] = mask[1, 1] = True
     tensor, mask_t = torch.as_tensor(values), torch.as_tensor(mask)
+    assert float(masked_mean(tensor, mask_t)) == pytest.approx(values[mask].mean())
     standardized = standardize_masked(tensor, mask_t).numpy()
     real = values[mask]
     np.testing.assert_allclose(

@@ -5,8 +5,7 @@ reads the core's output instead of the observation.
 A rollout steps the core one observation at a time (``step``, after ``reset`` where an episode
 begins) and stores the state each step read; the learner reads whole chunks of steps in one
 fused call from those stored states (``sequence``; ``drlcli/algos/ppo/sequences.py`` cuts
-them), chunks of like length together (``real_steps``). Play and evaluation keep the state
-inside the actor (``explore``).
+them). Play and evaluation keep the state inside the actor (``explore``).
 """
 
 from __future__ import annotations
@@ -14,41 +13,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
 from drlcli.actors.gaussian import GaussianPolicyActor
 from drlcli.actors.recurrent_layout import CELLS, state_shape
 from drlcli.actors.spec import passes_keywords_to
-
-CALL_COST_STEPS = 256
-"""What one more fused call costs, in chunk steps: on one CPU core oneDNN's LSTM of 64 units
-reads a step forward and backward in about 1.3 us and starts a call in about 360 us
-(``scripts/bench/recurrent_update.py``'s sizes). ``like_length_groups`` parts two groups only
-where the padding that saves outweighs it."""
-
-
-def like_length_groups(lengths: np.ndarray, call_cost_steps: float) -> list[tuple[np.ndarray, int]]:
-    """Chunks grouped to be read together: ``(chunk indices, the group's longest length)``.
-
-    With ``longest`` the longest of ``lengths [C]`` (each >= 1), a chunk's band is ``k`` where
-    ``longest / 2**(k+1) < length <= longest / 2**k``. Bands are taken from the longest down;
-    a band joins the group before it where the steps parting would save, ``count * (group's
-    longest - band's longest)``, are fewer than ``call_cost_steps`` (0 parts every band).
-    """
-    lengths = np.asarray(lengths, dtype=np.int64)
-    longest = int(lengths.max())
-    bands = np.floor(np.log2(longest / lengths)).astype(np.int64)
-    groups: list[tuple[list[np.ndarray], int]] = []
-    for band in np.unique(bands):
-        members = np.flatnonzero(bands == band)
-        band_longest = int(lengths[members].max())
-        if groups and len(members) * (groups[-1][1] - band_longest) < call_cost_steps:
-            groups[-1][0].append(members)
-        else:
-            groups.append(([members], band_longest))
-    return [(np.sort(np.concatenate(parts)), length) for parts, length in groups]
 
 
 class RecurrentCore(nn.Module):
@@ -58,8 +28,6 @@ class RecurrentCore(nn.Module):
     ``[2, layers, B, size]`` (hidden, cell), for an LSTM: one shape to store, reset and
     gather per step whatever the cell (``state_shape``).
     """
-
-    call_cost_steps: float = CALL_COST_STEPS  # real_steps' on the CPU (tests set 0)
 
     def __init__(self, cell: str, input_dim: int, size: int, layers: int = 1) -> None:
         super().__init__()
@@ -109,32 +77,6 @@ class RecurrentCore(nn.Module):
         Returns ``(outputs [L, C, size], state after the last step)``."""
         outputs, after = self.rnn(features, self._unpack(state))
         return outputs, self._pack(after)
-
-    def real_steps(
-        self, features: torch.Tensor, state: torch.Tensor, mask: torch.Tensor
-    ) -> torch.Tensor:
-        """The outputs ``[n, size]`` of the real steps of chunks ``features [L, C, input_dim]``
-        read from ``state`` (before each chunk's first step), in ``features[mask]``'s order;
-        ``mask [L, C]`` is True on each chunk's first steps (its length) and False on the
-        padding after. Chunks of like length are read together (``like_length_groups``), one
-        fused call per group cut to its longest chunk: short episodes leave most of a round's
-        chunks short, and their padding is not computed. Off the CPU, where a step costs far
-        less than a call and the cost was not measured, one call reads every chunk."""
-        lengths = mask.sum(0).cpu().numpy()
-        call_cost = self.call_cost_steps if features.device.type == "cpu" else np.inf
-        groups = like_length_groups(lengths, call_cost)
-        if len(groups) == 1:
-            length = groups[0][1]
-            outputs, _ = self.rnn(features[:length], self._unpack(state))
-            return outputs[mask[:length]]
-        outputs = features.new_zeros(*mask.shape, self.size)
-        for chunks, length in groups:
-            index = torch.from_numpy(chunks).to(features.device)
-            read, _ = self.rnn(
-                features[:length, index], self._unpack(state.index_select(-2, index))
-            )
-            outputs[:length, index] = read
-        return outputs[mask]
 
 
 class RecurrentGaussianPolicyActor(GaussianPolicyActor):
@@ -190,19 +132,11 @@ class RecurrentGaussianPolicyActor(GaussianPolicyActor):
         return actions, self._log_prob(actions, mean), after
 
     def sequence_log_prob_and_entropy(
-        self,
-        obs: torch.Tensor,
-        actions: torch.Tensor,
-        state: torch.Tensor,
-        mask: torch.Tensor | None = None,
+        self, obs: torch.Tensor, actions: torch.Tensor, state: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The learner's: log-probs and entropies ``[L, C]`` of stored raw ``actions
-        [L, C, A]`` after ``obs [L, C, O]``, each chunk read from ``state`` (its first step's);
-        with ``mask [L, C]`` (``RecurrentCore.real_steps``') those of the real steps, ``[n]``."""
-        if mask is None:
-            features, _ = self.core.sequence(obs, state)
-        else:
-            features, actions = self.core.real_steps(obs, state, mask), actions[mask]
+        [L, C, A]`` after ``obs [L, C, O]``, each chunk read from ``state`` (its first step's)."""
+        features, _ = self.core.sequence(obs, state)
         log_prob = self._log_prob(actions, self.mean_network(features))
         return log_prob, self._entropy(log_prob.numel()).view_as(log_prob)
 

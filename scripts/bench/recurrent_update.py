@@ -1,5 +1,5 @@
-"""The recurrent PPO update as drl runs it against the same update with one backward on one
-thread and every chunk of a minibatch in one fused call (the baseline), in one run.
+"""The recurrent PPO update with the value network on its own thread, against the same update
+with one backward on one thread (the baseline), in one run.
 
     python scripts/bench/recurrent_update.py                      # LSTM, 4 minibatches
     python scripts/bench/recurrent_update.py --cell gru --num-minibatches 32
@@ -8,16 +8,10 @@ thread and every chunk of a minibatch in one fused call (the baseline), in one r
 One learner of the position-only pendulum's sizes (LSTM or GRU of 64 units, 64x64 heads, 10
 epochs, chunks of 32 steps) trains on a synthetic rollout of 4 envs x 512 steps with an episode
 start per env every ``--episode-length`` steps on average (100 by default; a random policy's
-pendulum episodes last about 8); each repeat times ``add`` and ``train_step`` of the round (its
-median over 3 rounds after a first, the warm-up) for three paths:
-
-- ``baseline``: ``ppo_loss`` of both networks and one backward on one thread, every chunk of a
-  minibatch in one fused call;
-- ``value thread``: the value network on its own thread, one fused call;
-- ``drl``: the value thread and chunks of like length read together (``real_steps``).
-
-Prints the medians over the repeats and each path's ratio baseline / path. torch runs one
-intra-op thread, as a learner beside its rollout actors does.
+pendulum episodes last about 8, so an early round's chunks are mostly padding); each repeat
+times ``add`` and ``train_step`` of the round (its median over 3 rounds after a first, the
+warm-up) for both paths. Prints the medians over the repeats and the ratio baseline / threaded.
+torch runs one intra-op thread, as a learner beside its rollout actors does.
 """
 
 from __future__ import annotations
@@ -30,7 +24,7 @@ import numpy as np
 import torch
 
 from drlcli.algos.ppo.algorithm import gaussian_actor_spec
-from drlcli.algos.ppo.learner import Learner, ppo_loss, time_major
+from drlcli.algos.ppo.learner import Learner, ppo_loss, time_major, trimmed
 from drlcli.algos.ppo.params import PPOParams, RecurrentParams
 
 STEPS, ENVS, OBS, ACTIONS = 512, 4, 2, 1
@@ -38,18 +32,18 @@ STEPS, ENVS, OBS, ACTIONS = 512, 4, 2, 1
 
 def one_thread_gradients(learner: Learner, **chunks: torch.Tensor) -> dict:
     """The baseline: ``ppo_loss`` of both networks and one backward, on the calling thread."""
-    chunks = {name: time_major(name, column) for name, column in chunks.items()}
-    new_logprob, entropy, new_value = learner.evaluate_actions(chunks)  # of the real steps
-    real = chunks["mask"]
+    chunks = {name: time_major(name, column) for name, column in trimmed(chunks)}
+    new_logprob, entropy, new_value = learner.evaluate_actions(chunks)
     loss, stats = ppo_loss(
         new_logprob=new_logprob,
         entropy=entropy,
         new_value=new_value,
-        old_logprob=chunks["old_logprob"][real],
-        old_value=chunks["old_value"][real],
-        advantages=chunks["advantages"][real],
-        returns=chunks["returns"][real],
+        old_logprob=chunks["old_logprob"],
+        old_value=chunks["old_value"],
+        advantages=chunks["advantages"],
+        returns=chunks["returns"],
         params=learner.params,
+        mask=chunks["mask"],
     )
     learner.flat.zero_grad()
     loss.backward()
@@ -82,11 +76,8 @@ def _without_batch(shape: tuple[int, ...]) -> tuple[int, ...]:
     return shape[:-2] + shape[-1:]  # the core's state [..., B, size] stored per step
 
 
-PATHS = ("baseline", "value thread", "drl")
-
-
 def seconds_per_round(
-    cell: str, minibatches: int, path: str, seed: int, episode_length: float
+    cell: str, minibatches: int, threaded: bool, seed: int, episode_length: float
 ) -> float:
     core = RecurrentParams(cell=cell, size=64, layers=1, sequence_length=32)
     params = PPOParams(
@@ -94,10 +85,7 @@ def seconds_per_round(
     )
     spec = gaussian_actor_spec(params, [-3.0] * ACTIONS, [3.0] * ACTIONS)
     learner = Learner(spec, OBS, ACTIONS, params, seed=seed)
-    if path != "drl":  # every chunk of a minibatch in one call
-        for recurrent_core in (learner.actor.core, learner.value_network.core):
-            recurrent_core.call_cost_steps = float("inf")
-    if path == "baseline":
+    if not threaded:
         learner.minibatch_gradients = lambda **chunks: one_thread_gradients(learner, **chunks)
     data = rollout(learner, np.random.default_rng(seed), episode_length)
     times = []
@@ -117,20 +105,20 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    seconds: dict[str, list[float]] = {path: [] for path in PATHS}
+    baseline, threaded = [], []
     for repeat in range(args.repeats):
-        for path in PATHS:
-            seconds[path].append(
+        for threaded_path, times in ((False, baseline), (True, threaded)):
+            times.append(
                 seconds_per_round(
-                    args.cell, args.num_minibatches, path, repeat, args.episode_length
+                    args.cell, args.num_minibatches, threaded_path, repeat, args.episode_length
                 )
             )
-        print(f"repeat {repeat}: " + ", ".join(f"{p} {seconds[p][-1]:.3f} s" for p in PATHS))
-    medians = {path: statistics.median(values) for path, values in seconds.items()}
+        print(f"repeat {repeat}: one thread {baseline[-1]:.3f} s, value thread {threaded[-1]:.3f}")
+    one, two = statistics.median(baseline), statistics.median(threaded)
     print(
         f"{args.cell}, {args.num_minibatches} minibatches, episodes of ~{args.episode_length:g} "
-        f"steps, median of {args.repeats} (s a round; ratio baseline / path): "
-        + ", ".join(f"{p} {medians[p]:.3f} ({medians['baseline'] / medians[p]:.2f})" for p in PATHS)
+        f"steps, median of {args.repeats}: one thread "
+        f"{one:.3f} s a round, value thread {two:.3f} s, ratio {one / two:.2f}"
     )
 
 

@@ -10,6 +10,7 @@ surrogate objective L^CLIP, value loss L^VF and entropy bonus S):
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,7 @@ from drlcli.algos.ppo.round_steps import STEP_COLUMNS, RoundSteps
 from drlcli.algos.ppo.sequences import (
     chunk_trajectory,
     core_state,
+    masked_mean,
     standardize_masked,
 )
 from drlcli.errors import CheckpointError, PolicyActorContractError, TrainingError
@@ -48,17 +50,19 @@ def ppo_loss(
     advantages: torch.Tensor,
     returns: torch.Tensor,
     params: PPOParams,
+    mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The PPO objective of one minibatch, negated for gradient descent (CleanRL's names).
 
     Every tensor is ``[B]``: the policy's log-prob and entropy of the stored actions now, the
     value now, the log-prob and value at sampling time, the (already normalised) advantages
-    and the value targets; a recurrent policy's are its chunks' real steps.
+    and the value targets. A recurrent policy's are ``[L, C]`` chunks, with ``mask`` (bool,
+    the same shape) true on real steps: the means are over those alone.
 
     Returns:
         ``(loss, stats)``: ``loss = pg_loss + vf_coef * v_loss - ent_coef * entropy_loss``;
-        stats ``pg_loss``, ``v_loss``, ``entropy_loss`` (0-dim) and ``logratio`` (detached),
-        from which the caller measures the approximate KL.
+        stats ``pg_loss``, ``v_loss``, ``entropy_loss`` (0-dim) and ``logratio`` (detached,
+        of the real steps), from which the caller measures the approximate KL.
     """
     policy_objective, stats = policy_loss(
         new_logprob=new_logprob,
@@ -66,8 +70,11 @@ def ppo_loss(
         old_logprob=old_logprob,
         advantages=advantages,
         params=params,
+        mask=mask,
     )
-    v_loss = value_loss(new_value=new_value, old_value=old_value, returns=returns, params=params)
+    v_loss = value_loss(
+        new_value=new_value, old_value=old_value, returns=returns, params=params, mask=mask
+    )
     stats["v_loss"] = v_loss.detach()
     return policy_objective + params.vf_coef * v_loss, stats
 
@@ -79,6 +86,7 @@ def policy_loss(
     old_logprob: torch.Tensor,
     advantages: torch.Tensor,
     params: PPOParams,
+    mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The policy's part of ``ppo_loss``: ``-L^CLIP - ent_coef * S``, and its stats
     (``pg_loss``, ``entropy_loss``, ``logratio``). It reads no value, so its gradient reaches
@@ -87,15 +95,15 @@ def policy_loss(
     ratio = logratio.exp()
     pg_loss1 = -advantages * ratio
     pg_loss2 = -advantages * torch.clamp(ratio, 1 - params.clip_coef, 1 + params.clip_coef)
-    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
-    entropy_loss = entropy.mean()
+    pg_loss = _step_mean(torch.max(pg_loss1, pg_loss2), mask)
+    entropy_loss = _step_mean(entropy, mask)
     objective = pg_loss
     if params.ent_coef:  # a zero coefficient would only add backward work
         objective = objective - params.ent_coef * entropy_loss
     stats = {
         "pg_loss": pg_loss.detach(),
         "entropy_loss": entropy_loss.detach(),
-        "logratio": logratio.detach(),
+        "logratio": (logratio if mask is None else logratio[mask]).detach(),
     }
     return objective, stats
 
@@ -106,15 +114,21 @@ def value_loss(
     old_value: torch.Tensor,
     returns: torch.Tensor,
     params: PPOParams,
+    mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``L^VF``, half the squared error of the values to their targets (with
     ``clip_value_loss``, the larger of it and the clipped value's, as PPO2 does)."""
     v_loss_unclipped = (new_value - returns) ** 2
     if not params.clip_value_loss:
-        return 0.5 * v_loss_unclipped.mean()
+        return 0.5 * _step_mean(v_loss_unclipped, mask)
     v_clipped = old_value + torch.clamp(new_value - old_value, -params.clip_coef, params.clip_coef)
     v_loss_clipped = (v_clipped - returns) ** 2
-    return 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+    return 0.5 * _step_mean(torch.max(v_loss_unclipped, v_loss_clipped), mask)
+
+
+def _step_mean(values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """The mean over a minibatch's samples, or over a recurrent minibatch's real steps."""
+    return values.mean() if mask is None else masked_mean(values, mask)
 
 
 def standardize_advantages(advantages: torch.Tensor) -> torch.Tensor:
@@ -340,24 +354,26 @@ class Learner:
         return stats
 
     def _sequence_gradients(self, chunks: dict[str, torch.Tensor]) -> dict[str, Any]:
-        """``minibatch_gradients`` of a recurrent policy's chunks ``[C, L, ...]``: the losses
-        of their real steps, each chunk read time-major from its stored state. The value
-        network's forward and backward run on a second thread beside the policy's: the two
-        share no parameter and ``ppo_loss`` is the sum of ``policy_loss`` and
+        """``minibatch_gradients`` of a recurrent policy's chunks ``[C, L, ...]``, read
+        time-major. The value network's forward and backward run on a second thread beside the
+        policy's: the two share no parameter and ``ppo_loss`` is the sum of ``policy_loss`` and
         ``vf_coef * value_loss``, so each writes the gradient ``ppo_loss(...).backward()``
         would, while the two fused LSTM kernels, most of the update's time, run on two cores
         (the rollout actors wait for the update)."""
-        steps = {name: time_major(name, column) for name, column in chunks.items()}
-        mask, p = steps["mask"], self.params
-        real = {name: steps[name][mask] for name in REAL_STEP_COLUMNS}
+        chunks = {name: time_major(name, column) for name, column in trimmed(chunks)}
+        mask, p = chunks["mask"], self.params
         self.flat.zero_grad()
 
         def value_gradient() -> torch.Tensor:
             new_value = self.value_network(
-                steps.get("value_obs", steps["obs"]), core_state(steps["value_state"]), mask
+                chunks.get("value_obs", chunks["obs"]), core_state(chunks["value_state"])
             )
             v_loss = value_loss(
-                new_value=new_value, old_value=real["old_value"], returns=real["returns"], params=p
+                new_value=new_value,
+                old_value=chunks["old_value"],
+                returns=chunks["returns"],
+                params=p,
+                mask=mask,
             )
             (p.vf_coef * v_loss).backward()
             return v_loss.detach()
@@ -365,14 +381,15 @@ class Learner:
         value_job = self._value_thread().submit(value_gradient)
         try:
             new_logprob, entropy = self.actor.sequence_log_prob_and_entropy(
-                steps["obs"], steps["actions"], core_state(steps["policy_state"]), mask
+                chunks["obs"], chunks["actions"], core_state(chunks["policy_state"])
             )
             policy_objective, stats = policy_loss(
                 new_logprob=new_logprob,
                 entropy=entropy,
-                old_logprob=real["old_logprob"],
-                advantages=real["advantages"],
+                old_logprob=chunks["old_logprob"],
+                advantages=chunks["advantages"],
                 params=p,
+                mask=mask,
             )
             policy_objective.backward()
         except BaseException:
@@ -394,22 +411,20 @@ class Learner:
         Args:
             columns: ``obs``, ``actions`` (``value_obs`` where a privileged critic reads
                 its own), ``[B, ...]``; a recurrent policy's chunks time-major ``[L, C, ...]``
-                with their ``mask`` and ``policy_state`` and ``value_state`` ``[C, *state]``,
-                the states the rollout's cores read at each chunk's first step.
+                with ``policy_state`` and ``value_state`` ``[C, *state]``, the states the
+                rollout's cores read at each chunk's first step.
 
         Returns:
-            ``(log_prob, entropy, value)``, each ``[B]`` (a recurrent policy's of the real
-            steps, ``[n]`` in ``column[mask]``'s order).
+            ``(log_prob, entropy, value)``, each ``[B]`` (a recurrent policy's ``[L, C]``).
         """
         obs, value_obs = columns["obs"], columns.get("value_obs", columns["obs"])
         if "policy_state" not in columns:
             new_logprob, entropy = self.actor.log_prob_and_entropy(obs, columns["actions"])
             return new_logprob, entropy, self.value_network(value_obs)
-        mask = columns["mask"]
         new_logprob, entropy = self.actor.sequence_log_prob_and_entropy(
-            obs, columns["actions"], core_state(columns["policy_state"]), mask
+            obs, columns["actions"], core_state(columns["policy_state"])
         )
-        value = self.value_network(value_obs, core_state(columns["value_state"]), mask)
+        value = self.value_network(value_obs, core_state(columns["value_state"]))
         return new_logprob, entropy, value
 
     def train_step(
@@ -595,11 +610,11 @@ class Learner:
             if "mask" not in columns:
                 new_logprob, _ = self.actor.log_prob_and_entropy(columns["obs"], columns["actions"])
                 return new_logprob - columns["old_logprob"]
-            steps = {name: time_major(name, column) for name, column in columns.items()}
+            steps = {name: time_major(name, column) for name, column in trimmed(columns)}
             new_logprob, _ = self.actor.sequence_log_prob_and_entropy(
-                steps["obs"], steps["actions"], core_state(steps["policy_state"]), steps["mask"]
+                steps["obs"], steps["actions"], core_state(steps["policy_state"])
             )
-            return new_logprob - steps["old_logprob"][steps["mask"]]
+            return (new_logprob - steps["old_logprob"])[steps["mask"]]
 
     def _adapt_learning_rate(self, kl: float) -> None:
         """The ``adaptive_kl`` step after a minibatch of approximate KL ``kl``."""
@@ -639,9 +654,10 @@ class Learner:
                 new_logprob, _, predicted = self.evaluate_actions(columns)
                 old_logprob, returns = columns["old_logprob"], columns["returns"]
             else:
-                steps = {name: time_major(name, column) for name, column in columns.items()}
-                new_logprob, _, predicted = self.evaluate_actions(steps)
+                steps = {name: time_major(name, column) for name, column in trimmed(columns)}
                 real = steps["mask"]
+                new_logprob, _, predicted = self.evaluate_actions(steps)
+                new_logprob, predicted = new_logprob[real], predicted[real]
                 old_logprob, returns = steps["old_logprob"][real], steps["returns"][real]
             logratio = new_logprob - old_logprob
             kl = approx_kl(logratio)
@@ -673,9 +689,17 @@ def scale_policy_output_layer(actor: torch.nn.Module, scale: float) -> None:
         layer.weight.mul_(scale)
 
 
+def trimmed(chunks: dict[str, torch.Tensor]) -> Iterator[tuple[str, torch.Tensor]]:
+    """Chunked columns ``[C, L, ...]`` without the steps past the longest chunk's last real
+    one: padding that no chunk of these needs is not computed (short episodes leave most of
+    a round's chunks short). The chunks' states ``[C, ...]`` are kept whole."""
+    real = chunks["mask"].any(0)
+    length = int(real.nonzero().max()) + 1 if bool(real.any()) else 1
+    for name, column in chunks.items():
+        yield name, column if name in CHUNK_STATES else column[:, :length]
+
+
 CHUNK_STATES = ("policy_state", "value_state")
-REAL_STEP_COLUMNS = ("old_logprob", "old_value", "advantages", "returns")
-"""The loss's columns a recurrent minibatch reads on its real steps alone."""
 
 
 def time_major(name: str, column: torch.Tensor) -> torch.Tensor:

@@ -106,15 +106,9 @@ class RecurrentValueNetwork(nn.Module):
         features, after = self.core.step(obs, state)
         return self.network(features).squeeze(-1), after
 
-    def forward(
-        self, obs: torch.Tensor, state: torch.Tensor, mask: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        """Values ``[L, C]`` of chunks ``obs [L, C, O]``, each read from ``state``; with
-        ``mask [L, C]`` (``RecurrentCore.real_steps``') those of the real steps, ``[n]``."""
-        if mask is None:
-            features, _ = self.core.sequence(obs, state)
-        else:
-            features = self.core.real_steps(obs, state, mask)
+    def forward(self, obs: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        """Values ``[L, C]`` of chunks ``obs [L, C, O]``, each read from ``state``."""
+        features, _ = self.core.sequence(obs, state)
         return self.network(features).squeeze(-1)
 
 

@@ -7,11 +7,10 @@ as ``MuJoCoActor.sample`` writes it). Training re-reads it as whole sequences: e
 environment's steps are cut where an episode starts (the state is zero there) and every
 ``max_length`` steps (truncated back-propagation through time), so no chunk holds a reset and
 ``nn.LSTM`` / ``nn.GRU`` read each chunk in one call (cuDNN's or oneDNN's fused kernel, not a
-Python loop over time). Chunks are padded to the longest; a mask says which steps are real,
-and the losses and statistics read those alone (``RecurrentCore.real_steps``). Each chunk starts
-from the hidden state the rollout's step read at its first step (after ``RecurrentCore.reset``:
-zeros where an episode began), so the loss at every step is that of the policy the rollout ran,
-up to the parameters' change.
+Python loop over time). Chunks are padded to the longest; a mask keeps the padding out of the
+losses and statistics. Each chunk starts from the hidden state the rollout's step read at its
+first step (after ``RecurrentCore.reset``: zeros where an episode began), so the loss at every
+step is that of the policy the rollout ran, up to the parameters' change.
 """
 
 from __future__ import annotations
@@ -103,6 +102,12 @@ def core_state(stored: torch.Tensor) -> torch.Tensor:
     """Stored per-sequence states ``[C, *state]`` (``*state``: ``[layers, size]``, an LSTM's
     ``[2, layers, size]``) in ``RecurrentCore``'s layout, the batch axis second to last."""
     return stored.movedim(0, -2).contiguous()
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The mean of ``values`` over the real steps (``mask`` True), any equal shapes."""
+    weights = mask.to(values.dtype)
+    return (values * weights).sum() / weights.sum()
 
 
 def standardize_masked(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
