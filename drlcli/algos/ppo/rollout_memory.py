@@ -42,10 +42,20 @@ class RolloutMemory:
         if starts.any():
             self.policy[..., starts, :] = 0.0
             self.value[..., starts, :] = 0.0
+        return (starts, *self._stored())
+
+    def _stored(self) -> tuple[np.ndarray, np.ndarray]:
+        """The two states as a trajectory stores them, ``[n, *state]``: views."""
+        return self.policy.transpose(self._policy_stored), self.value.transpose(self._value_stored)
+
+    def empty_trajectory(self, steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Buffers for ``steps`` of ``begin_step``'s output: ``episode_start [steps, n]`` and
+        the policy's and value core's states ``[steps, n, *state]``."""
+        policy, value = self._stored()
         return (
-            starts,
-            self.policy.transpose(self._policy_stored),
-            self.value.transpose(self._value_stored),
+            np.empty((steps, *self.episode_starts.shape), dtype=bool),
+            np.empty((steps, *policy.shape), dtype=np.float32),
+            np.empty((steps, *value.shape), dtype=np.float32),
         )
 
     def end_step(self, episode_ended: np.ndarray) -> None:

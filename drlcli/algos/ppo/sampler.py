@@ -184,9 +184,7 @@ class RolloutSampler:
         if recompute:
             final_obs = np.empty((steps, num_envs, obs_dim), dtype=np.float32)
         if memory is not None:
-            episode_start = np.empty((steps, num_envs), dtype=bool)
-            policy_states = np.empty((steps, *np.moveaxis(memory.policy, -2, 0).shape), np.float32)
-            value_states = np.empty((steps, *np.moveaxis(memory.value, -2, 0).shape), np.float32)
+            episode_start, policy_states, value_states = memory.empty_trajectory(steps)
 
         with torch.inference_mode():
             for t in range(steps):
