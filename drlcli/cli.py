@@ -539,8 +539,12 @@ def compare(
     ],
     plot: Annotated[
         Path,
-        typer.Option("--plot", help="PNG of the groups' evaluation curves with their bands."),
-    ] = Path("compare.png"),
+        typer.Option(
+            "--plot",
+            help="PNG of the groups' evaluation curves with their bands (default under output/, "
+            "where runs go, so a checkout stays clean).",
+        ),
+    ] = Path("output/compare.png"),
     json_path: Annotated[
         Path | None,
         typer.Option("--json", metavar="PATH", help="Write the figures as JSON too ('-': stdout)."),

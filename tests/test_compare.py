@@ -186,6 +186,21 @@ def test_reference_names_the_group_the_others_are_measured_against(tmp_path):
     assert not plot.exists() and not report.exists()
 
 
+def test_the_plot_goes_under_output_by_default(tmp_path, monkeypatch):
+    """Without ``--plot`` the PNG lands in ``output/`` (git-ignored, where runs go), not in the
+    working directory, so comparing inside a checkout leaves no untracked file."""
+    for group, values in {"a": [1.0, 2.0], "b": [3.0, 4.0]}.items():
+        for seed, value in enumerate(values):
+            write_run(tmp_path / "runs", f"{group}_seed{seed}", [(100, value)])
+    monkeypatch.chdir(tmp_path)
+    result = invoke("compare", "runs")
+    assert result.exit_code == 0, result.output
+    plot = tmp_path / "output" / "compare.png"
+    assert plot.read_bytes()[:8] == PNG_MAGIC
+    assert "curves: output/compare.png" in result.output
+    assert not (tmp_path / "compare.png").exists()
+
+
 def test_a_run_without_its_checkpoint_counts_its_final_evaluation_record(tmp_path, checkpoint_file):
     """What a study commits instead of a checkpoint: the record written from the checkpoint
     (``final_evaluation_record``) gives the same final figure, task and seed; a damaged one is
