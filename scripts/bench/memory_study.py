@@ -180,6 +180,12 @@ def run_sb3_lstm(config, output: Path) -> dict[str, Any]:
                 "eval_return_std": float(np.std(returns)),
             }
         )
+        # a RecurrentPPO run takes an hour or more and records only when it ends
+        print(
+            f"{config.name}: {env_steps:,} env steps, evaluation {mean:.1f}, "
+            f"{rows[-1]['wall_time_s']:.0f} s",
+            flush=True,
+        )
         return mean
 
     class Evaluations(BaseCallback):
