@@ -178,7 +178,7 @@ def test_the_value_networks_thread_writes_the_gradient_of_the_whole_loss(cell, c
     """The update runs the value network's forward and backward on a second thread: its
     gradients, the policy's and the stats are those of ``ppo_loss(...).backward()`` on one
     thread, bit for bit, and an error on either side is raised with no thread left writing."""
-    from drlcli.algos.ppo.learner import ppo_loss, time_major, trimmed
+    from drlcli.algos.ppo.learner import ppo_loss, sequence_steps
 
     params = recurrent_params(cell, 4, clip_value_loss=clip_value_loss, ent_coef=0.01)
     learner = learner_of(params)
@@ -187,7 +187,7 @@ def test_the_value_networks_thread_writes_the_gradient_of_the_whole_loss(cell, c
     stats = learner.minibatch_gradients(**columns)
     threaded = learner.flat.values.grad.clone()
 
-    chunks = {name: time_major(name, column) for name, column in trimmed(columns)}
+    chunks = sequence_steps(columns)
     new_logprob, entropy, new_value = learner.evaluate_actions(chunks)
     loss, one_thread = ppo_loss(
         new_logprob=new_logprob,

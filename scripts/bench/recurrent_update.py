@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from drlcli.algos.ppo.algorithm import gaussian_actor_spec
-from drlcli.algos.ppo.learner import Learner, ppo_loss, time_major, trimmed
+from drlcli.algos.ppo.learner import Learner, ppo_loss, sequence_steps
 from drlcli.algos.ppo.params import PPOParams, RecurrentParams
 
 STEPS, ENVS, OBS, ACTIONS = 512, 4, 2, 1
@@ -32,7 +32,7 @@ STEPS, ENVS, OBS, ACTIONS = 512, 4, 2, 1
 
 def one_thread_gradients(learner: Learner, **chunks: torch.Tensor) -> dict:
     """The baseline: ``ppo_loss`` of both networks and one backward, on the calling thread."""
-    chunks = {name: time_major(name, column) for name, column in trimmed(chunks)}
+    chunks = sequence_steps(chunks)
     new_logprob, entropy, new_value = learner.evaluate_actions(chunks)
     loss, stats = ppo_loss(
         new_logprob=new_logprob,

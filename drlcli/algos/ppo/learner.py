@@ -10,7 +10,6 @@ surrogate objective L^CLIP, value loss L^VF and entropy bonus S):
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -360,7 +359,7 @@ class Learner:
         ``vf_coef * value_loss``, so each writes the gradient ``ppo_loss(...).backward()``
         would, while the two fused LSTM kernels, most of the update's time, run on two cores
         (the rollout actors wait for the update)."""
-        chunks = {name: time_major(name, column) for name, column in trimmed(chunks)}
+        chunks = sequence_steps(chunks)
         mask, p = chunks["mask"], self.params
         self.flat.zero_grad()
 
@@ -610,7 +609,7 @@ class Learner:
             if "mask" not in columns:
                 new_logprob, _ = self.actor.log_prob_and_entropy(columns["obs"], columns["actions"])
                 return new_logprob - columns["old_logprob"]
-            steps = {name: time_major(name, column) for name, column in trimmed(columns)}
+            steps = sequence_steps(columns)
             new_logprob, _ = self.actor.sequence_log_prob_and_entropy(
                 steps["obs"], steps["actions"], core_state(steps["policy_state"])
             )
@@ -654,7 +653,7 @@ class Learner:
                 new_logprob, _, predicted = self.evaluate_actions(columns)
                 old_logprob, returns = columns["old_logprob"], columns["returns"]
             else:
-                steps = {name: time_major(name, column) for name, column in trimmed(columns)}
+                steps = sequence_steps(columns)
                 real = steps["mask"]
                 new_logprob, _, predicted = self.evaluate_actions(steps)
                 new_logprob, predicted = new_logprob[real], predicted[real]
@@ -689,14 +688,17 @@ def scale_policy_output_layer(actor: torch.nn.Module, scale: float) -> None:
         layer.weight.mul_(scale)
 
 
-def trimmed(chunks: dict[str, torch.Tensor]) -> Iterator[tuple[str, torch.Tensor]]:
-    """Chunked columns ``[C, L, ...]`` without the steps past the longest chunk's last real
-    one: padding that no chunk of these needs is not computed (short episodes leave most of
-    a round's chunks short). The chunks' states ``[C, ...]`` are kept whole."""
+def sequence_steps(chunks: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Chunked columns ``[C, L, ...]`` as the cores read them: time-major ``[L', C, ...]``,
+    cut after the longest chunk's last real step (padding that no chunk of these needs is not
+    computed: short episodes leave most of a round's chunks short). The chunks' states
+    ``[C, ...]`` are kept whole."""
     real = chunks["mask"].any(0)
     length = int(real.nonzero().max()) + 1 if bool(real.any()) else 1
-    for name, column in chunks.items():
-        yield name, column if name in CHUNK_STATES else column[:, :length]
+    return {
+        name: column if name in CHUNK_STATES else time_major(name, column[:, :length])
+        for name, column in chunks.items()
+    }
 
 
 CHUNK_STATES = ("policy_state", "value_state")
