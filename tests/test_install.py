@@ -10,6 +10,7 @@ its package data, and Ray workers that import it from there."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -24,6 +25,23 @@ from tests.conftest import REPO_ROOT
 # One xdist worker runs both tests (make test's --dist loadgroup): the install is made once.
 pytestmark = [pytest.mark.subprocess, pytest.mark.xdist_group("install")]
 PAGE = REPO_ROOT / "drlcli" / "dashboard" / "static" / "index.html"
+# What the wheel's build copies none of: git, build outputs, environments, caches, run output.
+NOT_SOURCE = (
+    ".git",
+    "build",
+    "dist",
+    "*.egg-info",
+    ".venv*",
+    "node_modules",
+    "__pycache__",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".hypothesis",
+    "mutants",
+    "output",
+    "runs",
+    "mlruns",
+)
 
 
 def run(command: list, cwd: Path, env: dict[str, str], timeout: float = 600) -> str:
@@ -51,6 +69,11 @@ def installed(tmp_path_factory) -> tuple[Path, dict[str, str]]:
         if key not in ("PYTHONPATH", "VIRTUAL_ENV", "RAY_ADDRESS")
     }
     build_env = {**clean, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    # setuptools builds in the source tree's build/ folder: a leftover of an interrupted build
+    # there, or a second build at the same time, fails it ("File exists: ...dist-info"). A copy
+    # of the tree without build outputs, caches or environments is what a fresh checkout holds.
+    source = root / "source"
+    shutil.copytree(REPO_ROOT, source, ignore=shutil.ignore_patterns(*NOT_SOURCE))
     run(
         [
             sys.executable,
@@ -62,7 +85,7 @@ def installed(tmp_path_factory) -> tuple[Path, dict[str, str]]:
             "--no-build-isolation",
             "-w",
             root / "dist",
-            REPO_ROOT,
+            source,
         ],
         cwd=root,
         env=build_env,
