@@ -69,6 +69,7 @@ def test_the_combination_is_the_singles_above_the_presets_iqm(tmp_path):
             "last_layer": preset,  # equal: not above
             "recompute": [5000.0, 0.0, 3000.0, 2950.0],  # 2975: above
             "rpo": [2900.0, 2900.0, 2900.0, 2900.0],
+            "entropy": [2950.0, 2950.0, 2950.0, 2950.0],  # equal: not above
         },
     )
     assert stabiliser_study.combination(record, [0, 1, 2, 3]) == ["normalize_value", "recompute"]
@@ -92,21 +93,25 @@ def test_the_winner_is_confirmed_on_fresh_seeds_by_its_probability_of_improvemen
         "last_layer": [1000.0] * 5,
         "recompute": [3000.0] * 5,
         "rpo": [3000.0] * 5,
+        "entropy": [3000.0] * 5,
     }
     record = _record(tmp_path / "hopper", study, first_seed=5000)
-    with pytest.raises(SystemExit, match="combination lacks seeds"):
+    with pytest.raises(SystemExit, match="normalize_value-adaptive_kl lacks seeds"):
         stabiliser_study.winner(record)
-    _record(tmp_path / "hopper", {"combination": [3400.0] * 5}, first_seed=5000)
+    _record(tmp_path / "hopper", {"normalize_value-adaptive_kl": [3400.0] * 5}, first_seed=5000)
     assert stabiliser_study.winner(record) == "adaptive_kl"
+    _record(tmp_path / "hopper", {"normalize_value-adaptive_kl": [3600.0] * 5}, first_seed=4000)
+    assert stabiliser_study.winner(record) == "adaptive_kl"  # only the study's seeds count
     # Confirmation: a preset that collapses on two fresh seeds against a winner that never does.
-    _record(tmp_path / "hopper", {"preset": [900.0, 3000.0, 800.0, 3100.0, 3050.0]}, 6000)
-    _record(tmp_path / "hopper", {"adaptive_kl": [3200.0, 3300.0, 3250.0, 3400.0, 3350.0]}, 6000)
+    FRESH = stabiliser_study.CONFIRMATION_SEEDS[0]
+    _record(tmp_path / "hopper", {"preset": [900.0, 3000.0, 800.0, 3100.0, 3050.0]}, FRESH)
+    _record(tmp_path / "hopper", {"adaptive_kl": [3200.0, 3300.0, 3250.0, 3400.0, 3350.0]}, FRESH)
     out = _study(monkeypatch, capsys, "hopper", "--confirm", "--report", "--results", str(tmp_path))
     assert "| preset | 5 |" in out and "| adaptive_kl | 5 |" in out
     assert "interval rule: adaptive_kl replaces the preset; " in out
     # A winner on par with the preset on the fresh seeds leaves it as it is.
-    tie = _record(tmp_path / "tie", {"adaptive_kl": [900.0, 3000.0, 800.0, 3100.0, 3050.0]}, 6000)
-    _record(tmp_path / "tie", {"preset": [900.0, 3000.0, 800.0, 3100.0, 3050.0]}, 6000)
+    tie = _record(tmp_path / "tie", {"adaptive_kl": [900.0, 3000.0, 800.0, 3100.0, 3050.0]}, FRESH)
+    _record(tmp_path / "tie", {"preset": [900.0, 3000.0, 800.0, 3100.0, 3050.0]}, FRESH)
     assert stabiliser_study.verdict(tie, "adaptive_kl").startswith(
         "interval rule: the preset stays"
     )
@@ -133,6 +138,42 @@ def test_fewer_than_two_singles_above_the_preset_make_no_combination_and_none_no
     out = _study(monkeypatch, capsys, "walker2d", "--variants", "combination", *paths)
     assert "are ['rpo']; fewer than two" in out
     assert stabiliser_study.winner(record) == "rpo"
+
+
+def test_a_combination_is_recorded_under_its_members_and_a_changed_one_is_a_new_variant(
+    tmp_path, monkeypatch, capsys
+):
+    """Runs of an earlier combination are not taken for the current one: once a single added
+    to the study beats the preset, the members change and the new combination is a variant of
+    its own (run next, here stopped by the deadline before it trains), the old one still
+    reported."""
+    preset = [3000.0, 3100.0, 3200.0, 3300.0, 3400.0]
+    above, below = [3500.0] * 5, [1000.0] * 5
+    singles = {name: below for name in stabiliser_study.SINGLES}
+    singles |= {"adaptive_kl": above, "last_layer": above}
+    old_combination = {"adaptive_kl-last_layer": [3600.0] * 5}
+    paths = ("--output-dir", str(tmp_path / "out"), "--hours", "0")
+    before = _record(tmp_path / "before" / "hopper", {"preset": preset, **singles}, 5000)
+    _record(tmp_path / "before" / "hopper", old_combination, 5000)
+    assert stabiliser_study.winner(before) == "adaptive_kl-last_layer"
+    args = ("hopper", "--variants", "combination", "--results", str(tmp_path / "before"))
+    out = _study(monkeypatch, capsys, *args, *paths)
+    assert "adaptive_kl-last_layer seed 5000: recorded, skipped" in out
+
+    singles["entropy"] = [3550.0] * 5
+    after = _record(tmp_path / "after" / "hopper", {"preset": preset, **singles}, 5000)
+    _record(tmp_path / "after" / "hopper", old_combination, 5000)
+    assert stabiliser_study.combination(after) == ["adaptive_kl", "last_layer", "entropy"]
+    with pytest.raises(SystemExit, match="adaptive_kl-last_layer-entropy lacks seeds"):
+        stabiliser_study.winner(after)
+    args = ("hopper", "--variants", "combination", "--results", str(tmp_path / "after"))
+    out = _study(monkeypatch, capsys, *args, *paths)
+    assert "deadline: adaptive_kl-last_layer-entropy seed 5000" in out
+    assert "| adaptive_kl-last_layer | 5 | 3600 [3600, 3600] |" in out
+    name = "adaptive_kl-last_layer-entropy"
+    config = stabiliser_study.variant_config("hopper", name, 5000, tmp_path, {})
+    checked = config_from_dict(json.loads(json.dumps(config.to_dict())))  # a valid run name
+    assert checked.name == f"hopper_{name}_seed5000"
 
 
 @pytest.mark.parametrize("variant", stabiliser_study.VARIANTS)

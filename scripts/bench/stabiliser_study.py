@@ -20,7 +20,10 @@ with one change:
   one of the issue's five, added after the preset's failed seeds showed a collapsed entropy;
 - ``combination``: every single stabiliser whose IQM over the recorded seeds is above the
   preset's (decided from the record when it is run; refused before those seeds are recorded;
-  not run when fewer than two are: one is that single again, none the preset).
+  not run when fewer than two are: one is that single again, none the preset). It is recorded
+  under its members' names joined by ``-`` (``adaptive_kl-last_layer``; a run's name allows no
+  ``+``), so a single added later that changes the members makes a new combination instead of
+  reusing the old one's runs.
 
 Seeds 5000-5004 by default (the presets were chosen on 0-4 and measured on 1000-1004). Runs go
 seed by seed, every variant of a seed before the next, so a study cut short compares the
@@ -31,8 +34,9 @@ at once); a recorded run is skipped, so a second sitting goes on where the first
 
 ``--confirm`` is the interval rule's second step: the winner (the variant with the highest IQM
 on seeds 5000-5004, if above the preset's; otherwise there is nothing to confirm) and the
-preset on 5 more seeds nothing was chosen on (6000-6004). The preset changes only if the
-winner's probability of improvement on those seeds has a 95% interval above 0.5.
+preset on 5 more seeds nothing was chosen on (7000-7004; the first confirmation, of
+last_layer, used 6000-6004: ``--confirm --seeds 6000 6001 6002 6003 6004``). The preset changes
+only if the winner's probability of improvement on those seeds has a 95% interval above 0.5.
 
 ``--report`` prints per variant, over the study's seeds (or the confirmation's with
 ``--confirm``), the IQM with its 95% stratified-bootstrap interval (``drl compare``'s), the
@@ -63,7 +67,10 @@ FAILED_BELOW = 2500.0
 COMBINED_AT_LEAST = 2
 """Singles above the preset that make a combination: one would be that single again."""
 STUDY_SEEDS = [5000, 5001, 5002, 5003, 5004]
-CONFIRMATION_SEEDS = [6000, 6001, 6002, 6003, 6004]
+# 6000-6004 confirmed the first winner (last_layer), and then two of them (6002, 6003, where the
+# preset failed) were picked to screen the entropy bonus: a winner decided after that is
+# confirmed on seeds nothing has seen.
+CONFIRMATION_SEEDS = [7000, 7001, 7002, 7003, 7004]
 
 
 def _iqm_on(record: StudyRecord, variant: str, seeds: list[int]) -> float:
@@ -92,6 +99,11 @@ def combination(record: StudyRecord, seeds: list[int] = STUDY_SEEDS) -> list[str
     return [name for name in SINGLES if _iqm_on(record, name, seeds) > preset]
 
 
+def combination_name(members: list[str]) -> str:
+    """The recorded variant name of the combination of ``members``: ``adaptive_kl-last_layer``."""
+    return "-".join(members)
+
+
 def winner(record: StudyRecord, seeds: list[int] = STUDY_SEEDS) -> str | None:
     """The stabilised variant with the highest IQM over ``seeds`` if it is above the preset's:
     the one the confirmation seeds test against the preset; None when no variant beats the
@@ -103,8 +115,8 @@ def winner(record: StudyRecord, seeds: list[int] = STUDY_SEEDS) -> str | None:
     """
     preset = _iqm_on(record, "preset", seeds)
     candidates = list(SINGLES)
-    if len(combination(record, seeds)) >= COMBINED_AT_LEAST:
-        candidates.append("combination")
+    if len(members := combination(record, seeds)) >= COMBINED_AT_LEAST:
+        candidates.append(combination_name(members))
     iqms = {variant: _iqm_on(record, variant, seeds) for variant in candidates}
     best = max(iqms, key=iqms.__getitem__)
     return best if iqms[best] > preset else None
@@ -140,7 +152,8 @@ def report(record: StudyRecord, seeds: list[int] = STUDY_SEEDS) -> str:
         "|---|---|---|---|---|---|",
     ]
     preset = [value for seed, value in record.returns("preset").items() if seed in seeds]
-    for variant in VARIANTS:
+    combinations = sorted({entry["variant"] for entry in record.entries()} - set(VARIANTS))
+    for variant in ["preset", *SINGLES, *combinations]:
         returns = {seed: value for seed, value in record.returns(variant).items() if seed in seeds}
         if not returns:
             continue
@@ -186,7 +199,7 @@ def main() -> None:
     parser.add_argument(
         "--confirm",
         action="store_true",
-        help="the winner on seeds 5000-5004 against the preset on seeds 6000-6004",
+        help="the winner on seeds 5000-5004 against the preset on seeds 7000-7004",
     )
     parser.add_argument("--hours", type=float, default=None, help="start no run past this")
     parser.add_argument("--steps", type=int, default=None, help="override the presets' budget")
@@ -226,12 +239,16 @@ def main() -> None:
     if args.report:
         print(summary())
         return
-    if "combination" in args.variants and len(above := combination(record)) < COMBINED_AT_LEAST:
-        print(
-            f"combination: the singles whose IQM is above the preset's are {above or 'none'}; "
-            "fewer than two make no combination, nothing to run"
-        )
-        args.variants = [variant for variant in args.variants if variant != "combination"]
+    if "combination" in args.variants:
+        above = combination(record)
+        args.variants.remove("combination")
+        if len(above) < COMBINED_AT_LEAST:
+            print(
+                f"combination: the singles whose IQM is above the preset's are {above or 'none'}; "
+                "fewer than two make no combination, nothing to run"
+            )
+        else:
+            args.variants.append(combination_name(above))
     output = args.output_dir / args.task
     output.mkdir(parents=True, exist_ok=True)
     deadline = Deadline(args.hours, first_guess_s=600.0)
@@ -245,15 +262,15 @@ def main() -> None:
                 print(summary())
                 return
             extra: dict[str, Any] = {}
-            if variant == "combination":
-                extra["stabilisers"] = combination(record)
+            if variant in ("preset", *SINGLES):
+                changes = SINGLES.get(variant, {})
+            else:
+                extra["stabilisers"] = variant.split("-")
                 changes = {
                     key: value
                     for name in extra["stabilisers"]
                     for key, value in SINGLES[name].items()
                 }
-            else:
-                changes = SINGLES.get(variant, {})
             config = variant_config(args.task, variant, seed, output, changes)
             if args.steps is not None:
                 config = dataclasses.replace(config, total_env_steps=args.steps)
