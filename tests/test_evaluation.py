@@ -64,6 +64,33 @@ def test_the_weights_evaluated_are_on_the_schedule_however_slow_the_evaluations(
 
 
 @pytest.mark.usefixtures("ray_cluster")
+def test_a_run_told_to_waits_for_each_evaluation_in_the_round_after_the_evaluated_one(tmp_path):
+    # What a drl tune trial asks for: the row (and the checkpoint after it) that carries an
+    # evaluation is the next round's, however long the evaluation takes; by default a slow
+    # one arrives where the next evaluation is due.
+    config = config_from_dict(
+        {
+            "algo": "ppo",
+            "env": {"id": f"tests.range_envs:{SLOW_EVALUATION_ENV_ID}", "num_envs": 2},
+            "num_actors": 1,
+            "rollout_length": 32,
+            "total_env_steps": 512,
+            "output_dir": str(tmp_path),
+            "evaluation": {"interval_env_steps": 128, "episodes": 1},
+            "algo_params": {"num_epochs": 1, "num_minibatches": 2, "hidden_sizes": [8]},
+        },
+        default_name="next_row",
+    )
+    train(config, quiet=True, devices=NO_GPU, evaluations_in_next_row=True)
+    carried = [
+        (int(row["eval_env_steps"]), int(row["env_steps"]))
+        for row in read_metrics(config.metrics_path)
+        if row["eval_env_steps"]
+    ]
+    assert carried == [(128, 192), (256, 320), (384, 448)]
+
+
+@pytest.mark.usefixtures("ray_cluster")
 def test_periodic_evaluation_chooses_the_best_checkpoint_and_the_final_one_is_recorded(
     tiny_config,
 ):

@@ -552,8 +552,10 @@ search: {trials: 2, scheduler: pbt, synchronous: true, quantile_fraction: 0.5,
 def test_a_pbt_search_exploits_the_other_trials_weights_and_writes_a_winner_that_trains(
     tmp_path,
 ):
-    """Two trials, perturbed together once (at 384 of 512 env steps): the worse one goes on
-    from the better one's checkpoint with another learning rate. Its weights there are those
+    """Two trials, perturbed together once (at the evaluation of 384 of 512 env steps): the
+    worse one goes on from the better one's checkpoint of the round after (448: a trial waits
+    for each evaluation there, so that a loaded machine does not move it to the end of the
+    run) with another learning rate. Its weights there are those
     of the better trial's values trained alone to that step, its metrics rows up to there are
     that trial's, and its rows after it train with the new learning rate. The search's results
     (every trial, a drl run in its folder), its re-training of the best on seed 10 and its
@@ -601,7 +603,7 @@ def test_a_pbt_search_exploits_the_other_trials_weights_and_writes_a_winner_that
     with open(trials / exploiting / "exploits.csv") as handle:
         (exploit,) = list(csv.DictReader(handle))
     exploited, env_steps = exploit["exploited"], int(exploit["env_steps"])
-    assert exploited != exploiting and 384 <= env_steps < 512
+    assert exploited != exploiting and env_steps == 448
     new_rate = json.loads(exploit["values"])["algo_params.learning_rate"]
     assert float(results[exploiting]["algo_params.learning_rate"]) == new_rate
 

@@ -93,6 +93,11 @@ class TrainOptions:
             (``TrainingSummary.stopped_early``) that ``resume`` can continue.
         concurrent_runs: runs training side by side in this process's placement group (the
             seeds of a ``drl tune`` trial), each taking an equal share of it.
+        evaluations_in_next_row: each periodic evaluation's result is waited for at the end
+            of the round after the one whose weights it evaluates, so that the row that
+            carries it, and the checkpoint written after that row, do not depend on the
+            machine's load (a ``drl tune`` trial reports that checkpoint with the evaluation);
+            otherwise a result is picked up by the first round end after it came back.
     """
 
     address: str | None = None
@@ -104,6 +109,7 @@ class TrainOptions:
     metrics_sinks: Sequence[MetricsSink] = ()
     stop_rules: Sequence[StopRule] = ()
     concurrent_runs: int = 1
+    evaluations_in_next_row: bool = False
 
 
 def train(config: Config, **options: Any) -> TrainingSummary:
@@ -417,7 +423,9 @@ class RoundsRun:
                     # Waits where the next evaluation is due with one still in flight, and in
                     # the last round: every evaluation that counts is in a row of the CSV.
                     due = evaluator.due(progress.env_steps + plan.steps_per_round)
-                    evaluated = evaluator.collect(wait=due or last)
+                    evaluated = evaluator.collect(
+                        wait=due or last or owner.options.evaluations_in_next_row
+                    )
                 except TrainingError as error:
                     raise owner.failed(error, round_index + 1) from None
                 _check_finite(learner_states, round_index + 1, owner)

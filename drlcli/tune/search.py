@@ -151,7 +151,10 @@ class EvaluationReporter:
     returns and the seed then meets the trial's other seeds at that evaluation point
     (``arrive``: a ``SeedBarrier``'s, which reports for all of them). The checkpoint of a round
     is written after its row, so an evaluation arrives at the next row (or at ``finish``),
-    when the checkpoint a report carries is the evaluated round's.
+    when the checkpoint a report carries is that of the round whose row carried it. A trial's
+    runs wait for each evaluation in the round after the evaluated one
+    (``TrainOptions.evaluations_in_next_row``): the evaluation of the weights of env step N
+    reports the checkpoint one round past N, however loaded the machine.
 
     Args:
         arrive: called once per evaluation, after ``returns`` holds it.
@@ -458,6 +461,7 @@ def train_seeds(
                     devices=AvailableDevices(cuda_devices=0, mps=False),
                     metrics_sinks=[reporter],
                     concurrent_runs=len(configs),
+                    evaluations_in_next_row=True,
                 )
             final = summary.final_evaluation
             reporter.finish(None if final is None else final.return_mean, summary.env_steps)
