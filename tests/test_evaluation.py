@@ -39,11 +39,10 @@ def test_the_evaluator_is_deterministic_and_seeded_apart_from_training():
     evaluator.close()
 
 
-@pytest.mark.usefixtures("ray_cluster")
-def test_the_weights_evaluated_are_on_the_schedule_however_slow_the_evaluations(tmp_path):
-    # Each evaluation takes several rounds (its episode waits 0.3 s at reset): the run waits
-    # for it where the next one is due, rather than skipping a point of the schedule.
-    config = config_from_dict(
+def _slow_evaluation_config(tmp_path, name: str):
+    """512 env steps in rounds of 64, evaluated every 128 on episodes that wait at reset: each
+    evaluation takes several rounds."""
+    return config_from_dict(
         {
             "algo": "ppo",
             "env": {"id": f"tests.range_envs:{SLOW_EVALUATION_ENV_ID}", "num_envs": 2},
@@ -54,8 +53,15 @@ def test_the_weights_evaluated_are_on_the_schedule_however_slow_the_evaluations(
             "evaluation": {"interval_env_steps": 128, "episodes": 1},
             "algo_params": {"num_epochs": 1, "num_minibatches": 2, "hidden_sizes": [8]},
         },
-        default_name="slow_evaluation",
+        default_name=name,
     )
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_the_weights_evaluated_are_on_the_schedule_however_slow_the_evaluations(tmp_path):
+    # Each evaluation takes several rounds (its episode waits 0.3 s at reset): the run waits
+    # for it where the next one is due, rather than skipping a point of the schedule.
+    config = _slow_evaluation_config(tmp_path, "slow_evaluation")
     summary = train(config, quiet=True, devices=NO_GPU)
     rows = read_metrics(config.metrics_path)
     assert [int(row["env_steps"]) for row in rows][:2] == [64, 128]
@@ -68,19 +74,7 @@ def test_a_run_told_to_waits_for_each_evaluation_in_the_round_after_the_evaluate
     # What a drl tune trial asks for: the row (and the checkpoint after it) that carries an
     # evaluation is the next round's, however long the evaluation takes; by default a slow
     # one arrives where the next evaluation is due.
-    config = config_from_dict(
-        {
-            "algo": "ppo",
-            "env": {"id": f"tests.range_envs:{SLOW_EVALUATION_ENV_ID}", "num_envs": 2},
-            "num_actors": 1,
-            "rollout_length": 32,
-            "total_env_steps": 512,
-            "output_dir": str(tmp_path),
-            "evaluation": {"interval_env_steps": 128, "episodes": 1},
-            "algo_params": {"num_epochs": 1, "num_minibatches": 2, "hidden_sizes": [8]},
-        },
-        default_name="next_row",
-    )
+    config = _slow_evaluation_config(tmp_path, "next_row")
     train(config, quiet=True, devices=NO_GPU, evaluations_in_next_row=True)
     carried = [
         (int(row["eval_env_steps"]), int(row["env_steps"]))
