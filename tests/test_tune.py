@@ -628,6 +628,80 @@ def test_a_pbt_search_exploits_the_other_trials_weights_and_writes_a_winner_that
     assert after and all(float(row["learning_rate"]) == new_rate for row in after)
 
 
+PBT_RESUME_SPACE = """
+space: {algo_params.learning_rate: {choice: [1.0e-4, 1.0e-3, 1.0e-2]}}
+search: {trials: 2, scheduler: pbt, synchronous: true, quantile_fraction: 0.5,
+         evaluations_per_trial: 6, perturbation_evaluations: 2, retrain_top: 0, seed: 1}
+"""
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_synchronous_pbt_search_stopped_after_a_perturbation_resumes_to_its_end(tmp_path):
+    """Two trials perturbed together at 256 and 512 of 768 env steps. SIGTERM once the worse
+    one went on from the better one's checkpoint at the second (its exploit row, at 576), so
+    both stop with 512 as their last report: --resume takes each trial up there and the search
+    finishes. (Ray's own scheduler, which a resumed search starts afresh, put its next
+    perturbation at the trials' own time and waited forever.) The exploiting trial restores
+    the same exploit on resume: it is recorded once."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from drlcli.errors import SearchInterrupted
+    from drlcli.tune.runner import prepare_search, run_search
+
+    config = tmp_path / "pbt.yaml"
+    config.write_text(
+        PBT_CONFIG.replace("OUT", str(tmp_path / "out")).replace(
+            "total_env_steps: 512", "total_env_steps: 768"
+        )
+    )
+    space = tmp_path / "space.yaml"
+    space.write_text(PBT_RESUME_SPACE)
+    plan, folder = prepare_search(config, space), tmp_path / "search"
+    trials = folder / "trials"
+
+    def exploits(trial: str) -> list[int]:
+        record = trials / trial / "exploits.csv"
+        lines = record.read_text().splitlines()[1:] if record.exists() else []
+        return [int(line.split(",")[0]) for line in lines if line.count(",") >= 2]
+
+    def stop(condition, seconds: float) -> threading.Event:
+        """SIGTERM once ``condition`` holds or ``seconds`` passed, unless the event is set."""
+        cancelled = threading.Event()
+
+        def watch():
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline and not condition() and not cancelled.is_set():
+                time.sleep(0.01)
+            if not cancelled.is_set():
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        threading.Thread(target=watch, daemon=True).start()
+        return cancelled
+
+    stop(lambda: max(exploits("trial_001") + exploits("trial_002") + [0]) >= 576, 120)
+    with pytest.raises(SearchInterrupted):
+        run_search(plan, folder, quiet=True)
+    before = {trial: exploits(trial) for trial in ("trial_001", "trial_002")}
+    assert sorted(sum(before.values(), [])) == [320, 576], before  # one at each
+
+    cancelled = stop(lambda: False, 90)  # the rest takes under 30 s: a stalled search fails
+    try:
+        summary = run_search(plan, folder, resume=True, quiet=True)
+    except SearchInterrupted:
+        pytest.fail("the resumed search waited forever: stopped after 90 s")
+    finally:
+        cancelled.set()
+    with open(summary.results_csv) as handle:
+        results = {row["trial"]: row for row in csv.DictReader(handle)}
+    assert {(row["state"], row["env_steps"]) for row in results.values()} == {("finished", "768")}
+    for trial, steps in before.items():
+        after = exploits(trial)
+        assert after[: len(steps)] == steps and after == sorted(set(after)), (trial, after)
+
+
 def test_the_summary_shows_each_candidates_seeds_median_iqm_and_worst_in_80_columns():
     from pathlib import Path
 
@@ -670,7 +744,7 @@ def test_the_summary_shows_each_candidates_seeds_median_iqm_and_worst_in_80_colu
 def test_an_exploit_takes_each_seed_of_the_other_trial(tmp_path, checkpoint_file):
     """Population-based training with 2 seeds per trial: the exploited trial's checkpoint holds
     both seeds; each seed continues from the same seed of the other trial, takes its metrics
-    rows and drops its own best; the exploit is one row of the trial's exploits.csv."""
+    rows and drops its own best; the exploit is one row of the trial's exploits.csv, once."""
     import json
     import os
     import shutil
@@ -709,11 +783,15 @@ def test_an_exploit_takes_each_seed_of_the_other_trial(tmp_path, checkpoint_file
     for seed, seed_files in zip((3, 4), files, strict=True):
         assert seed_files.metrics.read_text() == f"round,env_steps\n1,{seed}\n"
         assert not seed_files.best.exists()
+    exploits = [["env_steps", "exploited", "values"], ["6144", "trial_002", '{"gamma": 0.9}']]
     with open(trial_folder / "exploits.csv") as handle:
-        assert list(csv.reader(handle)) == [
-            ["env_steps", "exploited", "values"],
-            ["6144", "trial_002", '{"gamma": 0.9}'],
-        ]
+        assert list(csv.reader(handle)) == exploits
+    # A search resumed before the trial reported a checkpoint of its own restores the same
+    # exploit again: one row still; another exploit (other values) is a row of its own.
+    restore_trial(stored, "trial_001", trial_folder, files, {"gamma": 0.9})
+    restore_trial(stored, "trial_001", trial_folder, files, {"gamma": 0.8})
+    with open(trial_folder / "exploits.csv") as handle:
+        assert list(csv.reader(handle)) == [*exploits, ["6144", "trial_002", '{"gamma": 0.8}']]
     shutil.rmtree(stored / "seed_4")
     with pytest.raises(TrainingError, match="has no seed_4 to resume from"):
         restore_trial(stored, "trial_001", trial_folder, files, {"gamma": 0.9})

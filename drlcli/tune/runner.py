@@ -496,8 +496,9 @@ def _last_line(error: Any) -> str:
 def _population_based_training(plan: TrialPlan):
     """Ray Tune's PBT over every searched key: at a perturbation, a value is drawn again from
     its distribution (a quarter of the time) or moved (a range: times 0.8 or 1.2, kept inside
-    the range; a choice: to a neighbouring choice)."""
-    from ray.tune.schedulers import PopulationBasedTraining
+    the range; a choice: to a neighbouring choice). A resumed search's scheduler takes up where
+    its trials stopped (``drlcli.tune.population``)."""
+    from drlcli.tune.population import ResumablePopulationBasedTraining
 
     space = tune_space(plan.dimensions)
     mutations = {
@@ -508,7 +509,7 @@ def _population_based_training(plan: TrialPlan):
         )
         for dimension in plan.dimensions
     }
-    return PopulationBasedTraining(
+    return ResumablePopulationBasedTraining(
         time_attr="env_steps",
         perturbation_interval=plan.evaluation_interval * plan.settings.perturbation_evaluations,
         hyperparam_mutations=mutations,

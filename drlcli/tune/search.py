@@ -377,14 +377,28 @@ def restore_trial(
             seed_files.best.unlink(missing_ok=True)
         starts.append((resume, returns, env_steps))
     if origin != trial:
-        record = trial_folder / EXPLOITS_FILE
-        new = not record.exists()
-        with open(record, "a", newline="") as handle:
-            writer = csv.writer(handle)
-            if new:
-                writer.writerow(["env_steps", "exploited", "values"])
-            writer.writerow([starts[0][2], origin, json.dumps(dict(values), sort_keys=True)])
+        _record_exploit(
+            trial_folder / EXPLOITS_FILE,
+            [str(starts[0][2]), origin, json.dumps(dict(values), sort_keys=True)],
+        )
     return starts
+
+
+def _record_exploit(record: Path, row: list[str]) -> None:
+    """Append an exploit step to ``record`` unless it is the last one there: a trial stopped
+    before it reported a checkpoint of its own restarts from the exploited one again when its
+    search resumes, which is the same exploit."""
+    rows = []
+    if record.exists():
+        with open(record, newline="") as handle:
+            rows = list(csv.reader(handle))
+    if rows and rows[-1] == row:
+        return
+    with open(record, "a", newline="") as handle:
+        writer = csv.writer(handle)
+        if not rows:
+            writer.writerow(["env_steps", "exploited", "values"])
+        writer.writerow(row)
 
 
 def run_trial(

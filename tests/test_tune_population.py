@@ -1,0 +1,153 @@
+"""The population-based training scheduler of ``drl tune`` (``drlcli.tune.population``), driven
+the way Ray Tune's loop drives it, without Ray running: a fresh search and a resumed one."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("ray.tune")
+
+from ray.train._internal.session import _TrainingResult  # noqa: E402
+from ray.tune import Checkpoint  # noqa: E402
+from ray.tune.experiment import Trial  # noqa: E402
+from ray.tune.schedulers import PopulationBasedTraining, TrialScheduler  # noqa: E402
+
+from drlcli.tune.population import (  # noqa: E402
+    ResumablePopulationBasedTraining,
+    perturbation_times,
+)
+
+EVALUATION = 128  # env steps between two reports
+END = 768
+
+
+class _Controller:
+    """What the scheduler asks of Ray Tune's controller."""
+
+    search_alg = None
+
+    def __init__(self, trials: list[Trial]) -> None:
+        self.trials = trials
+
+    def get_trials(self) -> list[Trial]:
+        return self.trials
+
+    def get_live_trials(self) -> list[Trial]:
+        return [trial for trial in self.trials if trial.status != Trial.TERMINATED]
+
+    def pause_trial(self, trial: Trial, should_checkpoint: bool = True) -> None:
+        if trial.status == Trial.RUNNING:
+            trial.set_status(Trial.PAUSED)
+
+    def _schedule_trial_save(self, trial: Trial, result: dict | None = None):
+        # Only a trial with a process saves (drl reports a checkpoint with every result).
+        return trial.checkpoint if trial.status == Trial.RUNNING else None
+
+
+def _scheduler(kind: type[PopulationBasedTraining], exploits: list) -> PopulationBasedTraining:
+    class Recording(kind):
+        def _exploit(self, tune_controller, trial, trial_to_clone):
+            at = self._trial_state[trial_to_clone].last_train_time
+            exploits.append((at, trial.trial_id, trial_to_clone.trial_id))
+            super()._exploit(tune_controller, trial, trial_to_clone)
+
+    return Recording(
+        time_attr="env_steps",
+        metric="objective",
+        mode="max",
+        perturbation_interval=2 * EVALUATION,
+        hyperparam_mutations={"rate": [1, 2, 3, 4]},
+        quantile_fraction=0.5,
+        synch=True,
+        log_config=False,  # its policy files need a trial's storage
+    )
+
+
+def _report(trial: Trial, env_steps: int, folder) -> dict:
+    """A trial's report at ``env_steps``: its objective is its rate, with a checkpoint."""
+    result = {"env_steps": env_steps, "objective": float(trial.config["rate"])}
+    trial.run_metadata.last_result = result
+    trial.run_metadata.checkpoint_manager._latest_checkpoint_result = _TrainingResult(
+        checkpoint=Checkpoint.from_directory(str(folder)), metrics=dict(result)
+    )
+    return result
+
+
+def _trials(rates: dict[str, int], reached: dict[str, int], folder) -> list[Trial]:
+    trials = []
+    for trial_id, rate in rates.items():
+        trial = Trial("trainable", config={"rate": rate}, stub=True, trial_id=trial_id)
+        if reached.get(trial_id):  # a resumed search's trial: its last report and checkpoint
+            _report(trial, reached[trial_id], folder)
+        trials.append(trial)
+    return trials
+
+
+def _run(scheduler: PopulationBasedTraining, trials: list[Trial], folder) -> None:
+    """Ray Tune's loop, one trial at a time: start the trial the scheduler chooses from where
+    its checkpoint is, report every evaluation until the scheduler pauses it or it ends."""
+    controller = _Controller(trials)
+    for trial in trials:
+        scheduler.on_trial_add(controller, trial)
+    while any(trial.status != Trial.TERMINATED for trial in trials):
+        trial = scheduler.choose_trial_to_run(controller)
+        if trial is None:
+            where = {
+                each.trial_id: (each.status, each.last_result.get("env_steps")) for each in trials
+            }
+            raise AssertionError(f"the search waits forever: {where}")
+        trial.set_status(Trial.RUNNING)
+        latest = trial.run_metadata.checkpoint_manager.latest_checkpoint_result
+        env_steps = latest.metrics["env_steps"] if latest else 0
+        while trial.status == Trial.RUNNING:
+            env_steps += EVALUATION
+            decision = scheduler.on_trial_result(
+                controller, trial, _report(trial, env_steps, folder)
+            )
+            if env_steps >= END:
+                scheduler.on_trial_complete(controller, trial, trial.last_result)
+                trial.set_status(Trial.TERMINATED)
+            elif decision == TrialScheduler.PAUSE:
+                trial.set_status(Trial.PAUSED)
+
+
+@pytest.mark.parametrize(
+    ("first", "reached", "expected"),
+    [(256, 0, (0, 256)), (256, 255, (0, 256)), (256, 256, (256, 512)), (256, 700, (512, 768))],
+)
+def test_perturbation_times_are_the_last_one_reached_and_the_next(first, reached, expected):
+    assert perturbation_times(first, 256, reached) == expected
+
+
+def test_a_search_that_never_stopped_perturbs_at_each_interval(tmp_path):
+    exploits: list = []
+    trials = _trials({"a": 1, "b": 4}, {}, tmp_path)
+    _run(_scheduler(ResumablePopulationBasedTraining, exploits), trials, tmp_path)
+    assert [at for at, _, _ in exploits] == [256, 512]
+    assert exploits[0][1:] == ("a", "b")  # the worse exploits the better
+
+
+@pytest.mark.parametrize("kind", [PopulationBasedTraining, ResumablePopulationBasedTraining])
+def test_a_search_resumed_past_a_perturbation_perturbs_at_the_next_and_ends(tmp_path, kind):
+    """Both trials stopped at 384 (after the perturbation at 256): Ray's own scheduler, new
+    after the resume, puts its next perturbation at the trials' own time and waits forever."""
+    exploits: list = []
+    trials = _trials({"a": 1, "b": 4}, {"a": 384, "b": 384}, tmp_path)
+    scheduler = _scheduler(kind, exploits)
+    if kind is PopulationBasedTraining:
+        with pytest.raises(AssertionError, match="the search waits forever"):
+            _run(scheduler, trials, tmp_path)
+        return
+    _run(scheduler, trials, tmp_path)
+    assert exploits == [(512, "a", "b")]
+
+
+def test_a_trial_restored_waiting_at_the_perturbation_is_exploited_with_its_checkpoint(tmp_path):
+    """``b`` had reached the perturbation at 512 and waited for ``a`` (at 384) when the search
+    stopped: on resume ``b`` waits again, still unstarted, and ``a`` takes its checkpoint."""
+    exploits: list = []
+    trials = _trials({"a": 1, "b": 4}, {"a": 384, "b": 512}, tmp_path)
+    _run(_scheduler(ResumablePopulationBasedTraining, exploits), trials, tmp_path)
+    assert exploits == [(512, "a", "b")]
+    (a, _) = trials
+    assert a.run_metadata.last_result["env_steps"] == END
