@@ -94,6 +94,7 @@ def test_the_winner_is_confirmed_on_fresh_seeds_by_its_probability_of_improvemen
         "recompute": [3000.0] * 5,
         "rpo": [3000.0] * 5,
         "entropy": [3000.0] * 5,
+        "budget": [3000.0] * 5,
     }
     record = _record(tmp_path / "hopper", study, first_seed=5000)
     with pytest.raises(SystemExit, match="normalize_value-adaptive_kl lacks seeds"):
@@ -124,7 +125,7 @@ def test_fewer_than_two_singles_above_the_preset_make_no_combination_and_none_no
     run; --confirm has nothing to confirm. One single above it: the combination would be that
     single again; it is the winner, confirmed alone."""
     preset = [5000.0, 5100.0, 5200.0, 5300.0, 5400.0]
-    below = {name: [4000.0] * 5 for name in stabiliser_study.SINGLES}
+    below = {name: [4000.0] * 5 for name in [*stabiliser_study.SINGLES, "budget"]}
     record = _record(tmp_path / "walker2d", {"preset": preset, **below}, first_seed=5000)
     paths = ("--results", str(tmp_path), "--output-dir", str(tmp_path / "out"))
     out = _study(monkeypatch, capsys, "walker2d", "--variants", "combination", *paths)
@@ -149,7 +150,7 @@ def test_a_combination_is_recorded_under_its_members_and_a_changed_one_is_a_new_
     reported."""
     preset = [3000.0, 3100.0, 3200.0, 3300.0, 3400.0]
     above, below = [3500.0] * 5, [1000.0] * 5
-    singles = {name: below for name in stabiliser_study.SINGLES}
+    singles = {name: below for name in [*stabiliser_study.SINGLES, "budget"]}
     singles |= {"adaptive_kl": above, "last_layer": above}
     old_combination = {"adaptive_kl-last_layer": [3600.0] * 5}
     paths = ("--output-dir", str(tmp_path / "out"), "--hours", "0")
@@ -188,6 +189,21 @@ def test_every_variant_is_a_valid_config_with_its_change(tmp_path, task, variant
     for key, value in changes.items():
         assert getattr(params, key) == value
     assert checked.env.seed == 5000 and checked.name == f"{task}_{variant}_seed5000"
+    preset = stabiliser_study.variant_config(task, "preset", 5000, tmp_path, {})
+    factor = 1.2 if variant == "budget" else 1.0
+    assert checked.total_env_steps == round(preset.total_env_steps * factor)
+    assert checked.evaluation == preset.evaluation
+
+
+def test_the_budget_is_a_candidate_and_never_a_member_of_the_combination(tmp_path):
+    preset = [3000.0, 3100.0, 3200.0, 3300.0, 3400.0]
+    singles = {name: [1000.0] * 5 for name in stabiliser_study.SINGLES}
+    singles |= {"last_layer": [3300.0] * 5, "entropy": [3250.0] * 5}
+    record = _record(tmp_path, {"preset": preset, **singles, "budget": [3500.0] * 5}, 5000)
+    assert stabiliser_study.combination(record) == ["last_layer", "entropy"]
+    _record(tmp_path, {"last_layer-entropy": [3400.0] * 5}, 5000)
+    assert stabiliser_study.winner(record) == "budget"
+    assert "| budget | 5 | 3500 [3500, 3500] |" in stabiliser_study.report(record)
 
 
 def test_the_deadline_starts_no_run_that_would_end_after_it(tmp_path):
