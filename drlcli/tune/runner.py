@@ -463,9 +463,9 @@ def _scheduler(plan: TrialPlan):
         return None
     if plan.settings.scheduler == "pbt":
         return _population_based_training(plan)
-    from ray.tune.schedulers import ASHAScheduler
+    from drlcli.tune.schedulers import ResumableASHAScheduler
 
-    return ASHAScheduler(
+    return ResumableASHAScheduler(
         time_attr="env_steps",
         max_t=plan.env_steps,
         grace_period=plan.evaluation_interval * plan.settings.grace_evaluations,
@@ -497,8 +497,8 @@ def _population_based_training(plan: TrialPlan):
     """Ray Tune's PBT over every searched key: at a perturbation, a value is drawn again from
     its distribution (a quarter of the time) or moved (a range: times 0.8 or 1.2, kept inside
     the range; a choice: to a neighbouring choice). A resumed search's scheduler takes up where
-    its trials stopped (``drlcli.tune.population``)."""
-    from drlcli.tune.population import ResumablePopulationBasedTraining
+    its trials stopped (``drlcli.tune.schedulers``)."""
+    from drlcli.tune.schedulers import ResumablePopulationBasedTraining
 
     space = tune_space(plan.dimensions)
     mutations = {

@@ -1,5 +1,6 @@
-"""The population-based training scheduler of ``drl tune`` (``drlcli.tune.population``), driven
-the way Ray Tune's loop drives it, without Ray running: a fresh search and a resumed one."""
+"""The schedulers of ``drl tune`` (``drlcli/tune/schedulers.py``), driven the way Ray Tune's loop
+drives them, without Ray running: a search never stopped against one stopped and resumed with a
+new scheduler, as ``Tuner.restore`` makes one."""
 
 from __future__ import annotations
 
@@ -10,11 +11,17 @@ pytest.importorskip("ray.tune")
 from ray.train._internal.session import _TrainingResult  # noqa: E402
 from ray.tune import Checkpoint  # noqa: E402
 from ray.tune.experiment import Trial  # noqa: E402
-from ray.tune.schedulers import PopulationBasedTraining, TrialScheduler  # noqa: E402
+from ray.tune.schedulers import (  # noqa: E402
+    ASHAScheduler,
+    PopulationBasedTraining,
+    TrialScheduler,
+)
 
-from drlcli.tune.population import (  # noqa: E402
+from drlcli.tune.schedulers import (  # noqa: E402
+    ResumableASHAScheduler,
     ResumablePopulationBasedTraining,
     perturbation_times,
+    reported_results,
 )
 
 EVALUATION = 128  # env steps between two reports
@@ -151,3 +158,86 @@ def test_a_trial_restored_waiting_at_the_perturbation_is_exploited_with_its_chec
     assert exploits == [(512, "a", "b")]
     (a, _) = trials
     assert a.run_metadata.last_result["env_steps"] == END
+
+
+# ASHA: four trials, one result each at times 1..8 in turns (the worse first, so that every one
+# passes rungs 1 and 2 on the records before it); from time 3 on their order turns round.
+# Rungs at 1, 2 and 4; max_t 8.
+OBJECTIVES = {"d": 1.0, "c": 2.0, "b": 3.0, "a": 4.0}
+LATE = {"d": 4.0, "c": 3.0, "b": 2.0, "a": 1.0}
+
+
+def _asha(kind: type[ASHAScheduler], history: dict[str, list[dict]]) -> ASHAScheduler:
+    extra = {"reported": lambda trial: history.get(trial.trial_id, [])}
+    return kind(
+        time_attr="env_steps",
+        metric="objective",
+        mode="max",
+        max_t=8,
+        grace_period=1,
+        reduction_factor=2,
+        **(extra if kind is ResumableASHAScheduler else {}),
+    )
+
+
+def _asha_turns(
+    scheduler: ASHAScheduler, times: range, stopped: dict[str, int], history: dict
+) -> None:
+    """Each trial ASHA has not stopped reports at each of ``times`` in turns; ``stopped``
+    gains each trial ASHA stops, with its time; ``history`` each reported result."""
+    controller = _Controller([])
+    for env_steps in times:
+        for trial_id, objective in OBJECTIVES.items():
+            if trial_id in stopped:
+                continue
+            trial = Trial("trainable", config={}, stub=True, trial_id=trial_id)
+            reward = objective if env_steps <= 2 else LATE[trial_id]
+            result = {"env_steps": env_steps, "objective": reward}
+            history.setdefault(trial_id, []).append(result)
+            if scheduler.on_trial_result(controller, trial, result) == TrialScheduler.STOP:
+                stopped[trial_id] = env_steps
+
+
+def _asha_stops(kind: type[ASHAScheduler] | None) -> dict[str, int]:
+    """The trials ASHA stops: never stopped (``kind`` None), or with the search stopped after
+    time 2 and resumed with a new scheduler of ``kind`` fed the trials' results before it."""
+    stopped: dict[str, int] = {}
+    history: dict[str, list[dict]] = {}
+    first = _asha(ResumableASHAScheduler, {})
+    for trial_id in OBJECTIVES:
+        first.on_trial_add(_Controller([]), Trial("t", config={}, stub=True, trial_id=trial_id))
+    if kind is None:
+        _asha_turns(first, range(1, 9), stopped, history)
+        return stopped
+    _asha_turns(first, range(1, 3), stopped, history)
+    resumed = _asha(kind, history)
+    for trial_id in OBJECTIVES:
+        resumed.on_trial_add(_Controller([]), Trial("t", config={}, stub=True, trial_id=trial_id))
+    _asha_turns(resumed, range(3, 9), stopped, history)
+    return stopped
+
+
+def test_a_resumed_asha_search_stops_the_trials_the_search_never_stopped_stops():
+    """Stopped after time 2: the never-stopped search stops ``c``, ``b`` and ``a`` at rung 4
+    (below ``d``'s 4 there); Ray's own scheduler, new after the resume, has lost rungs 1 and 2
+    and judges the trials at time 3 at rung 2 again, on their late objectives."""
+    never_stopped = _asha_stops(None)
+    assert never_stopped == {"c": 4, "b": 4, "a": 4, "d": 8}
+    assert _asha_stops(ResumableASHAScheduler) == never_stopped
+    assert _asha_stops(ASHAScheduler) != never_stopped
+
+
+def test_reported_results_are_ray_tunes_log_of_them_without_a_cut_last_line(tmp_path):
+    class Storage:
+        trial_dir_name: str | None = "trial_001"
+
+    class Stored:
+        storage = Storage()  # a restored trial's
+        local_path = str(tmp_path)
+
+    assert reported_results(Stored()) == []  # a new trial
+    (tmp_path / "result.json").write_text('{"env_steps": 1}\n{"env_steps": 2}\n{"env_st')
+    assert reported_results(Stored()) == [{"env_steps": 1}, {"env_steps": 2}]
+    Storage.trial_dir_name = None  # a new trial's folder is not named yet
+    assert reported_results(Stored()) == []
+    assert reported_results(Trial("t", config={}, stub=True)) == []  # no storage

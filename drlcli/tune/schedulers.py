@@ -1,19 +1,70 @@
-"""Ray Tune's population-based training, with a synchronous search that survives ``--resume``.
+"""Ray Tune's schedulers as ``drl tune`` runs them: ASHA and population-based training whose
+decisions survive ``--resume``.
 
 Ray saves a search's trials and searcher but not its scheduler: a resumed search starts a new
-``PopulationBasedTraining`` that believes no trial has trained and that the next synchronous
-perturbation is the first. Its first perturbation after the resume then sets the next one at the
-trials' own time, which no paused trial is below, and the search waits forever (Ray's
-``choose_trial_to_run`` starts a paused trial only below that time). This module imports Ray:
-only the tune runner imports it, inside a function, so that ``drl --help`` stays fast.
+one that knows nothing of what the trials reported before the stop. A new ASHA has empty rungs,
+so a restored trial is judged against the results reported since the resume alone (and a trial
+it stopped before is forgotten); a new synchronous ``PopulationBasedTraining`` believes no trial
+has trained, perturbs at the first result, sets its next perturbation at the trials' own time,
+which no paused trial is below, and waits forever (Ray's ``choose_trial_to_run`` starts a paused
+trial only below that time). Each class below takes up, for each trial a resumed search
+restores, what the trial reported. This module imports Ray: only the tune runner imports it,
+inside a function, so that ``drl --help`` stays fast.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from ray.tune.experiment import Trial
-from ray.tune.schedulers import PopulationBasedTraining
+from ray.tune.schedulers import ASHAScheduler, PopulationBasedTraining
+
+RESULTS_FILE = "result.json"
+"""Ray Tune's log of a trial's reported results in the trial's folder, one JSON per line."""
+
+
+def reported_results(trial: Trial) -> list[dict[str, Any]]:
+    """The results ``trial`` reported before its search stopped, in order, from Ray Tune's log
+    of them (none for a new trial; a last line cut by a kill is left out)."""
+    if trial.storage is None or trial.storage.trial_dir_name is None:  # a new trial
+        return []
+    path = Path(trial.local_path) / RESULTS_FILE
+    if not path.exists():
+        return []
+    results = []
+    for line in path.read_text().splitlines():
+        try:
+            results.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return results
+
+
+class ResumableASHAScheduler(ASHAScheduler):
+    """ASHA whose rungs hold, for each trial a resumed search restores, the results it reported
+    before the stop (replayed in order, as they came), so a trial is judged against every
+    trial's record as in the search never stopped, those ASHA stopped before included.
+
+    Args:
+        reported: a trial's results before the stop (``reported_results``: Ray's log of them).
+    """
+
+    def __init__(
+        self, *args: Any, reported: Callable[[Trial], list[dict]] = reported_results, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self._reported = reported
+
+    def on_trial_add(self, tune_controller: Any, trial: Trial) -> None:
+        super().on_trial_add(tune_controller, trial)
+        bracket = self._trial_info[trial.trial_id]
+        for result in self._reported(trial):
+            if result.get(self._time_attr) is not None and result.get(self._metric) is not None:
+                reward = self._metric_op * result[self._metric]
+                bracket.on_result(trial, result[self._time_attr], reward)  # decided before
 
 
 def perturbation_times(first: int, interval: int, reached: int) -> tuple[int, int]:
