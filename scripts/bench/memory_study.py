@@ -134,7 +134,9 @@ def run_sb3_lstm(config, output: Path) -> dict[str, Any]:
         gae_lambda=config.gae_lambda,
         clip_range=params.clip_coef,
         ent_coef=params.ent_coef,
-        vf_coef=params.vf_coef * 2,  # drl's value loss is half the squared error
+        # SB3's value term is vf_coef * MSE, drl's vf_coef * 0.5 * MSE (CleanRL's form): the
+        # same weight is half drl's coefficient (robotics_vs_sb3.py's SB3 0.5 against drl 1.0).
+        vf_coef=params.vf_coef / 2,
         max_grad_norm=params.max_grad_norm,
         seed=config.env.seed,
         policy_kwargs={
