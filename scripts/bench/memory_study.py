@@ -93,6 +93,41 @@ def _shift(part: str, offset: int) -> str:
     return f"{start + offset}:{stop + offset}"
 
 
+def recurrent_ppo_settings(config) -> dict[str, Any]:
+    """SB3-contrib's ``RecurrentPPO`` arguments (besides the policy and the env: ``MlpLstmPolicy``
+    over ``num_envs * num_actors`` envs under ``VecNormalize``) equal to ``config``'s settings:
+    rollout and minibatch sizes in steps, epochs, learning rate and its annealing, gamma, GAE
+    lambda, clip, entropy and value-loss weights, gradient clip, seed, LSTM size, heads and
+    initial log std."""
+    params = config.algo_params
+    steps_per_round = config.env.num_envs * config.num_actors * config.rollout_length
+    rate = params.learning_rate
+    return {
+        "n_steps": config.rollout_length,
+        "batch_size": steps_per_round // params.num_minibatches,
+        "n_epochs": params.num_epochs,
+        # SB3 passes the fraction of training left: a linear anneal to 0, as drl's
+        "learning_rate": (lambda left: rate * left) if params.anneal_learning_rate else rate,
+        "gamma": config.gamma,
+        "gae_lambda": config.gae_lambda,
+        "clip_range": params.clip_coef,
+        "ent_coef": params.ent_coef,
+        # SB3's value term is vf_coef * MSE, drl's vf_coef * 0.5 * MSE (CleanRL's form): the
+        # same weight is half drl's coefficient (robotics_vs_sb3.py's SB3 0.5 against drl 1.0).
+        "vf_coef": params.vf_coef / 2,
+        "max_grad_norm": params.max_grad_norm,
+        "seed": config.env.seed,
+        "policy_kwargs": {
+            "lstm_hidden_size": params.recurrent.size,
+            "net_arch": {
+                "pi": list(params.hidden_sizes),
+                "vf": list(params.value_network_hidden_sizes),
+            },
+            "log_std_init": params.init_log_std,
+        },
+    }
+
+
 def run_sb3_lstm(config, output: Path) -> dict[str, Any]:
     """SB3-contrib's RecurrentPPO at ``config``'s settings; its evaluations in a drl CSV."""
     import gymnasium as gym
@@ -116,38 +151,9 @@ def run_sb3_lstm(config, output: Path) -> dict[str, Any]:
         return Part(gym.make(config.env.id))
 
     num_envs = config.env.num_envs * config.num_actors
-    steps_per_round = num_envs * config.rollout_length
-    params = config.algo_params
     env = VecNormalize(DummyVecEnv([make] * num_envs), gamma=config.gamma)
     env.seed(config.env.seed)
-    size = params.recurrent.size
-    model = RecurrentPPO(
-        "MlpLstmPolicy",
-        env,
-        n_steps=config.rollout_length,
-        batch_size=steps_per_round // params.num_minibatches,
-        n_epochs=params.num_epochs,
-        learning_rate=(lambda f: params.learning_rate * f)
-        if params.anneal_learning_rate
-        else params.learning_rate,
-        gamma=config.gamma,
-        gae_lambda=config.gae_lambda,
-        clip_range=params.clip_coef,
-        ent_coef=params.ent_coef,
-        # SB3's value term is vf_coef * MSE, drl's vf_coef * 0.5 * MSE (CleanRL's form): the
-        # same weight is half drl's coefficient (robotics_vs_sb3.py's SB3 0.5 against drl 1.0).
-        vf_coef=params.vf_coef / 2,
-        max_grad_norm=params.max_grad_norm,
-        seed=config.env.seed,
-        policy_kwargs={
-            "lstm_hidden_size": size,
-            "net_arch": {
-                "pi": list(params.hidden_sizes),
-                "vf": list(params.value_network_hidden_sizes),
-            },
-            "log_std_init": params.init_log_std,
-        },
-    )
+    model = RecurrentPPO("MlpLstmPolicy", env, **recurrent_ppo_settings(config))
     episodes = config.evaluation.episodes
     interval = config.evaluation.interval_env_steps
     rows: list[dict[str, Any]] = []

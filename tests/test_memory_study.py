@@ -1,0 +1,57 @@
+"""scripts/bench/memory_study.py: SB3-contrib's RecurrentPPO is run at the preset's settings,
+the value-loss weight included (without SB3 installed: its arguments are checked, and its
+value term against drl's ``value_loss``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "scripts" / "bench"))
+import memory_study  # noqa: E402
+
+from drlcli.algos.ppo.learner import value_loss  # noqa: E402
+
+
+@pytest.mark.parametrize("task", sorted(memory_study.TASKS))
+def test_recurrent_ppo_runs_at_the_recurrent_presets_settings(task):
+    config = memory_study.variant_config(task, "lstm", 3, Path("out"))
+    params = config.algo_params
+    settings = memory_study.recurrent_ppo_settings(config)
+    steps_per_round = config.env.num_envs * config.num_actors * config.rollout_length
+    assert settings["n_steps"] == config.rollout_length
+    assert settings["batch_size"] * params.num_minibatches == steps_per_round
+    assert settings["n_epochs"] == params.num_epochs
+    assert (settings["gamma"], settings["gae_lambda"]) == (config.gamma, config.gae_lambda)
+    assert (settings["clip_range"], settings["ent_coef"]) == (params.clip_coef, params.ent_coef)
+    assert settings["max_grad_norm"] == params.max_grad_norm and settings["seed"] == 3
+    assert settings["policy_kwargs"] == {
+        "lstm_hidden_size": params.recurrent.size,
+        "net_arch": {
+            "pi": list(params.hidden_sizes),
+            "vf": list(params.value_network_hidden_sizes),
+        },
+        "log_std_init": params.init_log_std,
+    }
+    assert params.anneal_learning_rate  # both presets anneal: SB3's schedule reads what is left
+    assert settings["learning_rate"](1.0) == params.learning_rate
+    assert settings["learning_rate"](0.25) == pytest.approx(params.learning_rate / 4)
+
+
+def test_recurrent_ppos_value_term_weighs_what_drls_does():
+    """SB3's ``vf_coef * mean((returns - values) ** 2)`` against drl's ``vf_coef * value_loss``."""
+    config = memory_study.variant_config("hopper", "lstm", 0, Path("out"))
+    params = config.algo_params
+    new_value, returns = torch.tensor([1.0, -2.0, 0.5]), torch.tensor([0.0, 1.0, 2.0])
+    drl = params.vf_coef * value_loss(
+        new_value=new_value, old_value=new_value, returns=returns, params=params
+    )
+    sb3 = memory_study.recurrent_ppo_settings(config)["vf_coef"] * torch.mean(
+        (returns - new_value) ** 2
+    )
+    assert float(sb3) == pytest.approx(float(drl))
