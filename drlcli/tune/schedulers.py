@@ -86,9 +86,10 @@ def perturbation_times(first: int, interval: int, reached: int) -> tuple[int, in
 
 class ResumablePopulationBasedTraining(PopulationBasedTraining):
     """``PopulationBasedTraining`` that, for each trial a resumed search restores, takes up the
-    trial's last reported result as its own record (time, score, checkpoint) and sets the next
-    synchronous perturbation at the first one above the slowest live trial, as the search
-    never stopped would have it. Without ``synch`` only the trials' records are restored."""
+    trial's last reported result as its record (time, score) and sets the next synchronous
+    perturbation at the first one above the slowest live trial, as the search never stopped
+    would have it; a restored trial waiting there unstarted is exploited with the checkpoint it
+    was restored with. Without ``synch`` only the trials' records are restored."""
 
     def on_trial_add(self, tune_controller: Any, trial: Trial) -> None:
         super().on_trial_add(tune_controller, trial)
