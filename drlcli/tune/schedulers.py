@@ -103,17 +103,17 @@ class ResumablePopulationBasedTraining(PopulationBasedTraining):
         if not self._synch:
             state.last_perturbation_time = result[self._time_attr]
             return
-        reached = [
-            self._trial_state[each].last_train_time
-            for each in self._trial_state
-            if not each.is_finished() and self._trial_state[each].last_result is not None
+        restored = [
+            state
+            for each, state in self._trial_state.items()
+            if not each.is_finished() and state.last_result is not None
         ]
+        reached = min(state.last_train_time for state in restored)
         first = max(self._perturbation_interval, self._burn_in_period)
-        last, following = perturbation_times(first, self._perturbation_interval, min(reached))
+        last, following = perturbation_times(first, self._perturbation_interval, reached)
         self._next_perturbation_sync = following
-        for each in self._trial_state:
-            if not each.is_finished() and self._trial_state[each].last_result is not None:
-                self._trial_state[each].last_perturbation_time = last
+        for state in restored:
+            state.last_perturbation_time = last
 
     def _checkpoint_or_exploit(
         self, trial: Trial, tune_controller: Any, upper_quantile: list, lower_quantile: list
