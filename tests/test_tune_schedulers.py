@@ -4,6 +4,9 @@ new scheduler, as ``Tuner.restore`` makes one."""
 
 from __future__ import annotations
 
+import random
+
+import numpy as np
 import pytest
 
 pytest.importorskip("ray.tune")
@@ -22,6 +25,7 @@ from drlcli.tune.schedulers import (  # noqa: E402
     ResumablePopulationBasedTraining,
     perturbation_times,
     reported_results,
+    seeded_draws,
 )
 
 EVALUATION = 128  # env steps between two reports
@@ -51,13 +55,21 @@ class _Controller:
         return trial.checkpoint if trial.status == Trial.RUNNING else None
 
 
-def _scheduler(kind: type[PopulationBasedTraining], exploits: list) -> PopulationBasedTraining:
+def _scheduler(
+    kind: type[PopulationBasedTraining], exploits: list, seed: int | None = None
+) -> PopulationBasedTraining:
+    """A synchronous PBT scheduler of ``kind`` (drl's knowing the trials' end) whose exploits
+    are appended to ``exploits`` as ``(time, trial, trial it exploits)``; with ``seed`` (drl's
+    seeded draws), the new rate each takes as well."""
+
     class Recording(kind):
         def _exploit(self, tune_controller, trial, trial_to_clone):
             at = self._trial_state[trial_to_clone].last_train_time
-            exploits.append((at, trial.trial_id, trial_to_clone.trial_id))
             super()._exploit(tune_controller, trial, trial_to_clone)
+            new_rate = () if seed is None else (trial.config["rate"],)
+            exploits.append((at, trial.trial_id, trial_to_clone.trial_id, *new_rate))
 
+    drl = {"end": END, "seed": seed} if issubclass(kind, ResumablePopulationBasedTraining) else {}
     return Recording(
         time_attr="env_steps",
         metric="objective",
@@ -67,6 +79,7 @@ def _scheduler(kind: type[PopulationBasedTraining], exploits: list) -> Populatio
         quantile_fraction=0.5,
         synch=True,
         log_config=False,  # its policy files need a trial's storage
+        **drl,
     )
 
 
@@ -82,17 +95,21 @@ def _report(trial: Trial, env_steps: int, folder) -> dict:
 
 def _trials(rates: dict[str, int], reached: dict[str, int], folder) -> list[Trial]:
     trials = []
-    for trial_id, rate in rates.items():
-        trial = Trial("trainable", config={"rate": rate}, stub=True, trial_id=trial_id)
+    for number, (trial_id, rate) in enumerate(rates.items(), 1):
+        tag = f"{number}_rate={rate}"
+        trial = Trial(
+            "trainable", config={"rate": rate}, stub=True, trial_id=trial_id, experiment_tag=tag
+        )
         if reached.get(trial_id):  # a resumed search's trial: its last report and checkpoint
             _report(trial, reached[trial_id], folder)
         trials.append(trial)
     return trials
 
 
-def _run(scheduler: PopulationBasedTraining, trials: list[Trial], folder) -> None:
+def _run(scheduler: PopulationBasedTraining, trials: list[Trial], folder, end: int = END) -> None:
     """Ray Tune's loop, one trial at a time: start the trial the scheduler chooses from where
-    its checkpoint is, report every evaluation until the scheduler pauses it or it ends."""
+    its checkpoint is, report every evaluation until the scheduler pauses it or it ends at
+    ``end`` env steps."""
     controller = _Controller(trials)
     for trial in trials:
         scheduler.on_trial_add(controller, trial)
@@ -107,14 +124,15 @@ def _run(scheduler: PopulationBasedTraining, trials: list[Trial], folder) -> Non
         latest = trial.run_metadata.checkpoint_manager.latest_checkpoint_result
         env_steps = latest.metrics["env_steps"] if latest else 0
         while trial.status == Trial.RUNNING:
+            if env_steps >= end:  # started from a checkpoint at the end: the trial returns
+                scheduler.on_trial_complete(controller, trial, trial.last_result)
+                trial.set_status(Trial.TERMINATED)
+                break
             env_steps += EVALUATION
             decision = scheduler.on_trial_result(
                 controller, trial, _report(trial, env_steps, folder)
             )
-            if env_steps >= END:
-                scheduler.on_trial_complete(controller, trial, trial.last_result)
-                trial.set_status(Trial.TERMINATED)
-            elif decision == TrialScheduler.PAUSE:
+            if decision == TrialScheduler.PAUSE:  # at its last result too, as Ray does
                 trial.set_status(Trial.PAUSED)
 
 
@@ -126,12 +144,72 @@ def test_perturbation_times_are_the_last_one_reached_and_the_next(first, reached
     assert perturbation_times(first, 256, reached) == expected
 
 
-def test_a_search_that_never_stopped_perturbs_at_each_interval(tmp_path):
+def test_a_search_that_never_stopped_perturbs_at_each_interval_but_the_end(tmp_path):
+    """Ray pauses a trial at its last result, so Ray's own scheduler perturbs at the end too
+    (768): the worse trial clones the better one's final checkpoint and trains no further."""
     exploits: list = []
     trials = _trials({"a": 1, "b": 4}, {}, tmp_path)
     _run(_scheduler(ResumablePopulationBasedTraining, exploits), trials, tmp_path)
     assert [at for at, _, _ in exploits] == [256, 512]
     assert exploits[0][1:] == ("a", "b")  # the worse exploits the better
+    exploits = []
+    trials = _trials({"a": 1, "b": 4}, {}, tmp_path)
+    _run(_scheduler(PopulationBasedTraining, exploits), trials, tmp_path)
+    assert [at for at, _, _ in exploits] == [256, 512, 768]
+
+
+def _seeded_search(stop_at: int | None, tmp_path) -> list:
+    """Four trials, the worse half exploiting one of the better half (drawn) with a new rate
+    (drawn) at 256 and 512: never stopped (``stop_at`` None), or stopped at ``stop_at`` and
+    resumed with a new scheduler in a process whose random state is another."""
+    rates = {"a": 1, "b": 2, "c": 3, "d": 4}
+    exploits: list = []
+    random.seed(1)
+    np.random.seed(1)
+    trials = _trials(rates, {}, tmp_path)
+    _run(
+        _scheduler(ResumablePopulationBasedTraining, exploits, seed=7),
+        trials,
+        tmp_path,
+        end=stop_at or END,
+    )
+    if stop_at is None:
+        return exploits
+    random.seed(2)
+    np.random.seed(2)
+    restored = _trials(
+        {trial.trial_id: trial.config["rate"] for trial in trials},
+        dict.fromkeys(rates, stop_at),
+        tmp_path,
+    )
+    _run(_scheduler(ResumablePopulationBasedTraining, exploits, seed=7), restored, tmp_path)
+    return exploits
+
+
+def test_a_seeded_search_resumed_draws_what_the_search_never_stopped_draws(tmp_path):
+    never_stopped = _seeded_search(None, tmp_path)
+    assert [at for at, *_ in never_stopped] == [256, 256, 512, 512]
+    assert _seeded_search(384, tmp_path) == never_stopped
+
+
+def test_seeded_draws_depend_on_the_key_alone_and_leave_the_global_state_as_it_was():
+    def draws():
+        return random.random(), float(np.random.random())
+
+    random.seed(5)
+    np.random.seed(5)
+    with seeded_draws("7/1/256"):
+        first = draws()
+    after = draws()
+    random.seed(6)
+    np.random.seed(6)
+    with seeded_draws("7/1/256"):
+        assert draws() == first
+    with seeded_draws("7/1/512"):
+        assert draws() != first
+    random.seed(5)
+    np.random.seed(5)
+    assert draws() == after  # the block drew nothing from the states outside it
 
 
 @pytest.mark.parametrize("kind", [PopulationBasedTraining, ResumablePopulationBasedTraining])

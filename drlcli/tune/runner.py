@@ -496,8 +496,8 @@ def _last_line(error: Any) -> str:
 def _population_based_training(plan: TrialPlan):
     """Ray Tune's PBT over every searched key: at a perturbation, a value is drawn again from
     its distribution (a quarter of the time) or moved (a range: times 0.8 or 1.2, kept inside
-    the range; a choice: to a neighbouring choice). A resumed search's scheduler takes up where
-    its trials stopped (``drlcli.tune.schedulers``)."""
+    the range; a choice: to a neighbouring choice), each draw from the search's seed. A resumed
+    search's scheduler takes up where its trials stopped (``drlcli.tune.schedulers``)."""
     from drlcli.tune.schedulers import ResumablePopulationBasedTraining
 
     space = tune_space(plan.dimensions)
@@ -516,6 +516,8 @@ def _population_based_training(plan: TrialPlan):
         quantile_fraction=plan.settings.quantile_fraction,
         custom_explore_fn=functools.partial(clip_to_space, dimensions=plan.dimensions),
         synch=plan.settings.synchronous,
+        seed=plan.settings.seed,
+        end=plan.env_steps,
     )
 
 

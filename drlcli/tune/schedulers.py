@@ -15,12 +15,15 @@ inside a function, so that ``drl --help`` stays fast.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import random
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from ray.tune.experiment import Trial
-from ray.tune.schedulers import ASHAScheduler, PopulationBasedTraining
+from ray.tune.schedulers import ASHAScheduler, PopulationBasedTraining, TrialScheduler
 
 RESULTS_FILE = "result.json"
 """Ray Tune's log of a trial's reported results in the trial's folder, one JSON per line."""
@@ -84,12 +87,57 @@ def perturbation_times(first: int, interval: int, reached: int) -> tuple[int, in
     return last, last + interval
 
 
+@contextmanager
+def seeded_draws(key: str) -> Iterator[None]:
+    """Python's and numpy's global random draws inside the block seeded from ``key`` alone, and
+    the states they had before restored after it (Ray's PBT draws from both: ``random`` for the
+    trial to exploit and each perturbation, numpy for a value drawn again from a range)."""
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    random.seed(key)  # a str seeds through SHA-512: the same in every process
+    np.random.seed(random.getrandbits(32))
+    try:
+        yield
+    finally:
+        random.setstate(python_state)
+        np.random.set_state(numpy_state)
+
+
+def trial_number(trial: Trial) -> str:
+    """A trial's number in its search: the start of Ray Tune's experiment tag, which the
+    searcher's seed decides and an exploit keeps (the trial id where there is no tag)."""
+    return trial.experiment_tag.split("_", 1)[0] or trial.trial_id
+
+
 class ResumablePopulationBasedTraining(PopulationBasedTraining):
     """``PopulationBasedTraining`` that, for each trial a resumed search restores, takes up the
     trial's last reported result as its record (time, score) and sets the next synchronous
     perturbation at the first one above the slowest live trial, as the search never stopped
     would have it; a restored trial waiting there unstarted is exploited with the checkpoint it
-    was restored with. Without ``synch`` only the trials' records are restored."""
+    was restored with. Without ``synch`` only the trials' records are restored.
+
+    Args:
+        seed: with it, each trial's draws at a perturbation (the trial it exploits, its new
+            values) come from the seed, the trial's number and the perturbation's time alone
+            (``seeded_draws``): a synchronous search resumed after a stop draws what the search
+            never stopped draws, and the same search run twice is the same. None: Ray's
+            unseeded draws.
+        end: a trial's budget in the time unit: a result there ends its trial and perturbs
+            nothing (Ray's PBT would pause the trial at its last result and have it exploit
+            another then, a clone that trains no further, among the trials not yet marked
+            finished, which timing decides). None: Ray's behaviour.
+    """
+
+    def __init__(
+        self, *args: Any, seed: int | None = None, end: int | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self._seed = seed
+        self._end = end
+
+    def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict) -> str:
+        if self._end is not None and result.get(self._time_attr, 0) >= self._end:
+            return TrialScheduler.CONTINUE  # its last result: the trial ends
+        return super().on_trial_result(tune_controller, trial, result)
 
     def on_trial_add(self, tune_controller: Any, trial: Trial) -> None:
         super().on_trial_add(tune_controller, trial)
@@ -124,4 +172,9 @@ class ResumablePopulationBasedTraining(PopulationBasedTraining):
             self._trial_state[trial].last_checkpoint = trial.checkpoint
             self._num_checkpoints += 1
             return
-        super()._checkpoint_or_exploit(trial, tune_controller, upper_quantile, lower_quantile)
+        if self._seed is None:
+            super()._checkpoint_or_exploit(trial, tune_controller, upper_quantile, lower_quantile)
+            return
+        time = self._trial_state[trial].last_train_time
+        with seeded_draws(f"{self._seed}/{trial_number(trial)}/{time}"):
+            super()._checkpoint_or_exploit(trial, tune_controller, upper_quantile, lower_quantile)
