@@ -55,3 +55,20 @@ def test_recurrent_ppos_value_term_weighs_what_drls_does():
         (returns - new_value) ** 2
     )
     assert float(sb3) == pytest.approx(float(drl))
+
+
+@pytest.mark.parametrize(("variant", "recurrent"), [("lstm", True), ("mlp", False)])
+def test_a_privileged_variant_differs_from_its_own_by_the_critics_observation_alone(
+    variant, recurrent
+):
+    """The critic reads Hopper's whole observation (11 numbers: positions and velocities),
+    the policy the five positions, as in the variant without the privilege."""
+    plain = memory_study.variant_config("hopper", variant, 2, Path("out"))
+    privileged = memory_study.variant_config("hopper", f"{variant}_privileged", 2, Path("out"))
+    assert privileged.env.observation_groups.critic == ("0:11",)
+    assert privileged.env.observation_groups.policy == plain.env.observation_groups.policy
+    assert privileged.env.observation_groups.policy == ("0:5",)
+    assert privileged.algo_params == plain.algo_params
+    assert (privileged.algo_params.recurrent is not None) == recurrent
+    assert privileged.name == f"hopper_{variant}_privileged_seed2"
+    assert privileged.env.seed == plain.env.seed == 2

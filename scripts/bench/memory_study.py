@@ -14,6 +14,11 @@ evaluations:
   hopper_ppo's): the MLP's own best settings, not the recurrent ones;
 - ``framestack``: ``mlp`` over ``FrameStackObservation`` of the last 4 observations (the
   policy and critic read the positions of each);
+- ``mlp_privileged``, ``lstm_privileged`` (run only when named): ``mlp`` and ``lstm`` with a
+  privileged critic, as rsl_rl's asymmetric actor-critic: the value network reads the whole
+  observation (the velocities too) in training, the policy the positions alone, as deployed.
+  RecurrentPPO has no such critic: a comparison of drl's training as a robotics user would set
+  it up, not one at equal settings;
 - ``sb3_lstm``: SB3-contrib's RecurrentPPO (``MlpLstmPolicy``) at the preset's settings (envs,
   steps per round, epochs, minibatch size in steps, learning rate, gamma, GAE lambda, LSTM
   size, heads, observation and reward normalisation), evaluated like drl every interval with
@@ -40,7 +45,10 @@ from drlcli.config import EnvWrapperConfig
 from drlcli.preset_catalog import find_preset
 
 TASKS = {"pendulum": "inverted_pendulum_nov_lstm", "hopper": "hopper_nov_lstm"}
-VARIANTS = ("mlp", "lstm", "gru", "framestack", "sb3_lstm")
+EQUAL_VARIANTS = ("mlp", "lstm", "gru", "framestack", "sb3_lstm")
+"""The variants whose policy and critic read the same observation: the study's default."""
+PRIVILEGED = "_privileged"
+VARIANTS = (*EQUAL_VARIANTS, f"mlp{PRIVILEGED}", f"lstm{PRIVILEGED}")
 STACK = 4
 
 
@@ -48,8 +56,14 @@ def variant_config(task: str, variant: str, seed: int, output: Path):
     """The preset's config for one variant and seed, writing under ``output``."""
     base = find_preset(TASKS[task]).config()
     name = f"{task}_{variant}_seed{seed}"
+    privileged = variant.endswith(PRIVILEGED)
+    variant = variant.removesuffix(PRIVILEGED)
     params = base.algo_params
     env = dataclasses.replace(base.env, seed=seed)
+    if privileged:
+        whole = f"0:{_observation_width(env.id)}"
+        groups = dataclasses.replace(env.observation_groups, critic=(whole,))
+        env = dataclasses.replace(env, observation_groups=groups)
     if variant == "gru":
         params = dataclasses.replace(
             params, recurrent=dataclasses.replace(params.recurrent, cell="gru")
@@ -235,7 +249,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("task", choices=sorted(TASKS))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(EQUAL_VARIANTS))
     parser.add_argument("--output-dir", type=Path, default=Path("output/memory_study"))
     parser.add_argument(
         "--results",
