@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -172,9 +172,11 @@ class ResumablePopulationBasedTraining(PopulationBasedTraining):
             self._trial_state[trial].last_checkpoint = trial.checkpoint
             self._num_checkpoints += 1
             return
-        if self._seed is None:
-            super()._checkpoint_or_exploit(trial, tune_controller, upper_quantile, lower_quantile)
-            return
         time = self._trial_state[trial].last_train_time
-        with seeded_draws(f"{self._seed}/{trial_number(trial)}/{time}"):
+        draws = (
+            nullcontext()
+            if self._seed is None
+            else seeded_draws(f"{self._seed}/{trial_number(trial)}/{time}")
+        )
+        with draws:
             super()._checkpoint_or_exploit(trial, tune_controller, upper_quantile, lower_quantile)
