@@ -95,14 +95,17 @@ def test_the_winner_is_confirmed_on_fresh_seeds_by_its_probability_of_improvemen
         "rpo": [3000.0] * 5,
         "entropy": [3000.0] * 5,
         "budget": [3000.0] * 5,
+        "last_layer_mild_entropy": [3000.0] * 5,
     }
     record = _record(tmp_path / "hopper", study, first_seed=5000)
     with pytest.raises(SystemExit, match="normalize_value-adaptive_kl lacks seeds"):
-        stabiliser_study.winner(record)
+        stabiliser_study.winner(record, "hopper")
     _record(tmp_path / "hopper", {"normalize_value-adaptive_kl": [3400.0] * 5}, first_seed=5000)
-    assert stabiliser_study.winner(record) == "adaptive_kl"
+    assert stabiliser_study.winner(record, "hopper") == "adaptive_kl"
     _record(tmp_path / "hopper", {"normalize_value-adaptive_kl": [3600.0] * 5}, first_seed=4000)
-    assert stabiliser_study.winner(record) == "adaptive_kl"  # only the study's seeds count
+    assert (
+        stabiliser_study.winner(record, "hopper") == "adaptive_kl"
+    )  # only the study's seeds count
     # Confirmation: a preset that collapses on two fresh seeds against a winner that never does.
     FRESH = stabiliser_study.CONFIRMATION_SEEDS[0]
     _record(tmp_path / "hopper", {"preset": [900.0, 3000.0, 800.0, 3100.0, 3050.0]}, FRESH)
@@ -122,23 +125,24 @@ def test_fewer_than_two_singles_above_the_preset_make_no_combination_and_none_no
     tmp_path, monkeypatch, capsys
 ):
     """A preset that no single beats: the combination would be the preset again and is not
-    run; --confirm has nothing to confirm. One single above it: the combination would be that
-    single again; it is the winner, confirmed alone."""
+    run; --confirm has nothing to confirm (Hopper's budget and pair are not Walker2d's to wait
+    for). One single above it: the combination would be that single again; it is the winner,
+    confirmed alone."""
     preset = [5000.0, 5100.0, 5200.0, 5300.0, 5400.0]
-    below = {name: [4000.0] * 5 for name in [*stabiliser_study.SINGLES, "budget"]}
+    below = {name: [4000.0] * 5 for name in stabiliser_study.SINGLES}
     record = _record(tmp_path / "walker2d", {"preset": preset, **below}, first_seed=5000)
     paths = ("--results", str(tmp_path), "--output-dir", str(tmp_path / "out"))
     out = _study(monkeypatch, capsys, "walker2d", "--variants", "combination", *paths)
     assert "the singles whose IQM is above the preset's are none; fewer than two" in out
     assert not record.returns("combination")
-    assert stabiliser_study.winner(record) is None
+    assert stabiliser_study.winner(record, "walker2d") is None
     out = _study(monkeypatch, capsys, "walker2d", "--confirm", *paths)
     assert "nothing to confirm, the preset stays" in out
     assert not record.returns("preset").keys() & set(stabiliser_study.CONFIRMATION_SEEDS)
     _record(tmp_path / "walker2d", {"rpo": [6000.0] * 5}, first_seed=5000)
     out = _study(monkeypatch, capsys, "walker2d", "--variants", "combination", *paths)
     assert "are ['rpo']; fewer than two" in out
-    assert stabiliser_study.winner(record) == "rpo"
+    assert stabiliser_study.winner(record, "walker2d") == "rpo"
 
 
 def test_a_combination_is_recorded_under_its_members_and_a_changed_one_is_a_new_variant(
@@ -150,13 +154,14 @@ def test_a_combination_is_recorded_under_its_members_and_a_changed_one_is_a_new_
     reported."""
     preset = [3000.0, 3100.0, 3200.0, 3300.0, 3400.0]
     above, below = [3500.0] * 5, [1000.0] * 5
-    singles = {name: below for name in [*stabiliser_study.SINGLES, "budget"]}
+    candidates = [*stabiliser_study.SINGLES, *stabiliser_study.OUTSIDE_COMBINATION["hopper"]]
+    singles = {name: below for name in candidates}
     singles |= {"adaptive_kl": above, "last_layer": above}
     old_combination = {"adaptive_kl-last_layer": [3600.0] * 5}
     paths = ("--output-dir", str(tmp_path / "out"), "--hours", "0")
     before = _record(tmp_path / "before" / "hopper", {"preset": preset, **singles}, 5000)
     _record(tmp_path / "before" / "hopper", old_combination, 5000)
-    assert stabiliser_study.winner(before) == "adaptive_kl-last_layer"
+    assert stabiliser_study.winner(before, "hopper") == "adaptive_kl-last_layer"
     args = ("hopper", "--variants", "combination", "--results", str(tmp_path / "before"))
     out = _study(monkeypatch, capsys, *args, *paths)
     assert "adaptive_kl-last_layer seed 5000: recorded, skipped" in out
@@ -166,7 +171,7 @@ def test_a_combination_is_recorded_under_its_members_and_a_changed_one_is_a_new_
     _record(tmp_path / "after" / "hopper", old_combination, 5000)
     assert stabiliser_study.combination(after) == ["adaptive_kl", "last_layer", "entropy"]
     with pytest.raises(SystemExit, match="adaptive_kl-last_layer-entropy lacks seeds"):
-        stabiliser_study.winner(after)
+        stabiliser_study.winner(after, "hopper")
     args = ("hopper", "--variants", "combination", "--results", str(tmp_path / "after"))
     out = _study(monkeypatch, capsys, *args, *paths)
     assert "deadline: adaptive_kl-last_layer-entropy seed 5000" in out
@@ -180,7 +185,7 @@ def test_a_combination_is_recorded_under_its_members_and_a_changed_one_is_a_new_
 @pytest.mark.parametrize("variant", stabiliser_study.VARIANTS)
 @pytest.mark.parametrize("task", sorted(stabiliser_study.TASKS))
 def test_every_variant_is_a_valid_config_with_its_change(tmp_path, task, variant):
-    changes = stabiliser_study.SINGLES.get(variant, {})
+    changes = stabiliser_study.SINGLES.get(variant) or stabiliser_study.PAIRS.get(variant, {})
     if variant == "combination":
         changes = stabiliser_study.SINGLES["normalize_value"] | stabiliser_study.SINGLES["rpo"]
     config = stabiliser_study.variant_config(task, variant, 5000, tmp_path, changes)
@@ -195,15 +200,31 @@ def test_every_variant_is_a_valid_config_with_its_change(tmp_path, task, variant
     assert checked.evaluation == preset.evaluation
 
 
-def test_the_budget_is_a_candidate_and_never_a_member_of_the_combination(tmp_path):
+@pytest.mark.parametrize("named", stabiliser_study.OUTSIDE_COMBINATION["hopper"])
+def test_budget_and_the_pairs_are_candidates_and_never_members_of_the_combination(tmp_path, named):
+    """``budget`` and ``last_layer_mild_entropy`` win when their IQM is the highest, even above
+    the combination's, and their own IQM above the preset's never makes them a member."""
     preset = [3000.0, 3100.0, 3200.0, 3300.0, 3400.0]
     singles = {name: [1000.0] * 5 for name in stabiliser_study.SINGLES}
     singles |= {"last_layer": [3300.0] * 5, "entropy": [3250.0] * 5}
-    record = _record(tmp_path, {"preset": preset, **singles, "budget": [3500.0] * 5}, 5000)
+    others = {name: [3450.0] * 5 for name in stabiliser_study.OUTSIDE_COMBINATION["hopper"]}
+    others[named] = [3500.0] * 5
+    record = _record(tmp_path, {"preset": preset, **singles, **others}, 5000)
     assert stabiliser_study.combination(record) == ["last_layer", "entropy"]
     _record(tmp_path, {"last_layer-entropy": [3400.0] * 5}, 5000)
-    assert stabiliser_study.winner(record) == "budget"
-    assert "| budget | 5 | 3500 [3500, 3500] |" in stabiliser_study.report(record)
+    assert stabiliser_study.winner(record, "hopper") == named
+    assert f"| {named} | 5 | 3500 [3500, 3500] |" in stabiliser_study.report(record)
+
+
+def test_a_pair_lacking_the_study_seeds_holds_back_the_confirmation(tmp_path, monkeypatch, capsys):
+    """A candidate added to the study is screened on seeds 5000-5004 before anything is
+    confirmed: the winner among the others could be beaten by it."""
+    preset = [3000.0, 3100.0, 3200.0, 3300.0, 3400.0]
+    recorded = {name: [3500.0] * 5 for name in [*stabiliser_study.SINGLES, "budget"]}
+    _record(tmp_path / "hopper", {"preset": preset, **recorded}, 5000)
+    paths = ("--results", str(tmp_path), "--output-dir", str(tmp_path / "out"))
+    with pytest.raises(SystemExit, match="last_layer_mild_entropy lacks seeds"):
+        _study(monkeypatch, capsys, "hopper", "--confirm", *paths)
 
 
 def test_the_deadline_starts_no_run_that_would_end_after_it(tmp_path):
@@ -212,3 +233,14 @@ def test_the_deadline_starts_no_run_that_would_end_after_it(tmp_path):
     assert Deadline(61 / 3600, 600.0).allows(record)
     assert not Deadline(59 / 3600, 600.0).allows(record)
     assert not Deadline(0.1, 600.0).allows(StudyRecord(tmp_path / "empty"))  # first guess 600 s
+
+
+def test_a_variant_is_run_only_in_the_study_that_screens_it(tmp_path, monkeypatch, capsys):
+    paths = ("--results", str(tmp_path), "--output-dir", str(tmp_path / "out"))
+    with pytest.raises(SystemExit) as stopped:
+        args = ("--variants", "rpo", "last_layer_mild_entropy", "budget")
+        _study(monkeypatch, capsys, "walker2d", *args, *paths)
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err
+    assert "budget, last_layer_mild_entropy: not a variant the walker2d study screens" in error
+    assert not (tmp_path / "walker2d" / "runs.jsonl").exists()
