@@ -558,9 +558,11 @@ def compare(
         ),
     ] = None,
 ) -> None:
-    """Compare groups of seeds: each group's final deterministic evaluation as median, IQM and
-    95% stratified-bootstrap intervals (Agarwal et al. 2021), the probability that a group
-    improves on the first, and a PNG of the evaluation curves with their interval bands."""
+    """Compare groups of seeds: median, IQM and intervals, P(improve), evaluation curves.
+
+    Each group's final deterministic evaluation as median, IQM and 95% stratified-bootstrap
+    intervals (Agarwal et al. 2021), the probability that a group improves on the first, and a
+    PNG of the evaluation curves with their interval bands."""
 
     def body() -> None:
         from drlcli.compare import (
@@ -666,9 +668,11 @@ def tune(
         bool, typer.Option("--quiet", help="No live table of the trials; the summary only.")
     ] = False,
 ) -> None:
-    """Search hyper-parameters: trials of drl train as Ray Tune trials (Optuna's TPE, ASHA
-    pruning at evaluation points, or population-based training), the best re-trained on fresh
-    seeds, the winner written as a config drl train runs, and every trial in results.csv."""
+    """Search hyper-parameters with Ray Tune; the winner is re-trained and written as a config.
+
+    Trials of drl train as Ray Tune trials (Optuna's TPE, ASHA pruning at evaluation points, or
+    population-based training), the best re-trained on fresh seeds, the winner written as a
+    config drl train runs, and every trial in results.csv."""
 
     def body() -> None:
         from drlcli.report import render_search_plan
@@ -705,9 +709,10 @@ def tune(
 
 @app.command()
 def doctor() -> None:
-    """Check this machine for drl: versions, CUDA, MuJoCo rendering backends, the Ray cluster at
-    RAY_ADDRESS. One line per problem with its fix; exit 1 if drl train or drl play --video
-    would fail here."""
+    """Check this machine for drl: versions, CUDA, rendering backends, the Ray cluster.
+
+    Versions, CUDA, MuJoCo rendering backends and the Ray cluster at RAY_ADDRESS. One line per
+    problem with its fix; exit 1 if drl train or drl play --video would fail here."""
 
     def body() -> None:
         from rich.table import Table

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
@@ -7,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from drlcli import __version__
@@ -37,6 +39,20 @@ def test_every_command_has_help(command):
     result = runner.invoke(app, [command, "--help"])
     assert result.exit_code == 0
     assert "Usage" in result.output
+
+
+def test_the_command_list_gives_each_command_one_line():
+    """Typer's command list keeps a summary's line breaks: a docstring whose first paragraph
+    runs over several lines breaks `drl --help`'s table mid-sentence."""
+    group = typer.main.get_command(app)
+    assert len(group.commands) >= 9
+    for name, command in group.commands.items():
+        commands = [command, *getattr(command, "commands", {}).values()]
+        for each in commands:
+            summary = inspect.cleandoc(each.help or "").split("\n\n")[0]
+            assert summary and "\n" not in summary, f"drl {name}: {summary!r}"
+    result = runner.invoke(app, ["--help"], terminal_width=200)
+    assert "Compare groups of seeds: median, IQM and intervals" in result.output
 
 
 def test_version():
