@@ -154,3 +154,53 @@ def test_tune_ranks_an_objective_of_zero_above_trials_without_one():
         for name, value in [("none", None), ("zero", 0.0), ("low", -5.0), ("high", 3.0)]
     ]
     assert [row["trial"] for row in by_objective(rows)] == ["high", "zero", "low", "none"]
+
+
+def _shape(num_envs: int, rollout_length: int, num_actors: int = 1, num_learners: int = 1):
+    from drlcli.algos.entry_types import RunShape
+
+    return RunShape(3, 1, num_envs, rollout_length, num_actors, num_learners)
+
+
+@pytest.mark.parametrize(
+    ("recurrent", "shape", "most"),
+    [
+        (None, _shape(4, 8), 32),  # 4 envs x 8 steps
+        (None, _shape(4, 8, num_actors=4, num_learners=2), 64),  # two rollout actors a learner
+        ({"cell": "lstm", "sequence_length": 32}, _shape(4, 64), 8),  # 2 chunks an env
+        ({"cell": "gru", "sequence_length": 32}, _shape(4, 40), 8),  # a short last chunk counts
+        ({"cell": "lstm", "sequence_length": 32}, _shape(2, 16), 2),  # a round shorter than one
+    ],
+)
+def test_ppo_refuses_more_minibatches_than_a_learners_round_holds(recurrent, shape, most):
+    """One more minibatch than the steps (or sequences) a learner trains on each round would
+    give the learner minibatches of one, fewer than asked: refused, naming the sizes."""
+    from drlcli.algos.ppo.algorithm import check_round
+    from drlcli.algos.ppo.params import PPOParams, RecurrentParams
+    from drlcli.errors import ConfigError
+
+    core = None if recurrent is None else RecurrentParams(**recurrent)
+    check_round(PPOParams(num_minibatches=most, recurrent=core), shape)
+    with pytest.raises(ConfigError) as refused:
+        check_round(PPOParams(num_minibatches=most + 1, recurrent=core), shape)
+    message = str(refused.value)
+    assert message.startswith(f"algo_params.num_minibatches: {most + 1} is more than the {most} ")
+    assert f"env.num_envs {shape.num_envs} x rollout_length {shape.rollout_length}" in message
+    assert ("sequences" in message) == (recurrent is not None)
+
+
+def test_drl_train_refuses_minibatches_a_round_cannot_fill_in_one_line(tmp_path, write_config):
+    """Default num_minibatches (32) over a round of 2 envs x 8 steps: exit 2, one line, before
+    anything is written."""
+    path = write_config(
+        f"env: {{id: InvertedPendulum-v5, num_envs: 2}}\nrollout_length: 8\n"
+        f"total_env_steps: 64\noutput_dir: {tmp_path / 'out'}\n"
+    )
+    result = CliRunner().invoke(app, ["train", str(path), "--quiet"])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == (
+        "error: algo_params.num_minibatches: 32 is more than the 16 env steps a learner trains "
+        "on each round (env.num_envs 2 x rollout_length 8 x 1 rollout actor(s)); use at most "
+        "16, or a longer round"
+    )
+    assert not (tmp_path / "out").exists()

@@ -155,6 +155,8 @@ class Algorithm:
             whose round loop implements ``ReplaySaving``; None when it cannot.
         memory_needs: ``(params, RunShape) -> [MemoryNeed]``: its large allocations (rollouts,
             replay buffers, networks beyond the policy actor), checked before anything starts.
+        check_round: ``(params, RunShape)``: the rules between its params and the size of a
+            round (PPO's minibatches), run before anything starts (ConfigError).
         audited_params: the params ``drl verify`` records of a checkpoint (how it was
             trained beyond the defaults' algorithm: PPO's stabilisers).
         resume_ignored_params: ``params -> names``: the params a resumed run does not read,
@@ -188,6 +190,7 @@ class Algorithm:
     )
     replay_saving: Callable[[Any], bool] | None = None
     memory_needs: Callable[[Any, RunShape], list[MemoryNeed]] = lambda params, shape: []
+    check_round: Callable[[Any, RunShape], None] = lambda params, shape: None
     audited_params: tuple[str, ...] = ()
     resume_ignored_params: Callable[[Any], tuple[str, ...]] = lambda params: ()
 

@@ -99,15 +99,16 @@ def preflight(
         else load_for_resume(Path(resume), config, actor.semantics, facts, actor.tensor_shapes)
     )
     replay_file = _replay_file(algorithm, config, resume, resume_replay, stored)
+    shape = RunShape(
+        facts.obs_dim,
+        facts.action_dim,
+        config.env.num_envs,
+        config.rollout_length,
+        topology.num_actors,
+        topology.num_learners,
+    )
+    algorithm.check_round(config.algo_params, shape)
     if not on_cluster:  # a cluster's learners and rollout actors may run on other machines
-        shape = RunShape(
-            facts.obs_dim,
-            facts.action_dim,
-            config.env.num_envs,
-            config.rollout_length,
-            topology.num_actors,
-            topology.num_learners,
-        )
         needs = run_memory_needs(algorithm, config.algo_params, shape, actor.parameter_bytes)
         check_memory(needs, available_memory_bytes())
     check_sinks(config)  # an extra the logging section needs and lacks: refused here

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -167,6 +168,32 @@ def check_params(params: PPOParams) -> None:
         )
 
 
+def check_round(params: PPOParams, shape: RunShape) -> None:
+    """Every minibatch gets something to train on: ``num_minibatches`` is at most the env steps
+    a learner trains on each round, or a recurrent policy's sequences (each env's round cut
+    into chunks of ``sequence_length``; episode starts only add chunks). More would leave the
+    learner fewer minibatches than asked, of one step or one sequence each: another update
+    than the config's, and nothing would say so.
+
+    Raises:
+        ConfigError: more minibatches than that, naming the sizes that make a round.
+    """
+    actors = shape.num_actors // shape.num_learners
+    per_env, unit = shape.rollout_length, "env steps"
+    if params.recurrent is not None:
+        length = params.recurrent.sequence_length
+        per_env = math.ceil(shape.rollout_length / length)
+        unit = f"sequences (chunks of sequence_length {length})"
+    rows = per_env * shape.num_envs * actors
+    if params.num_minibatches > rows:
+        raise ConfigError(
+            f"algo_params.num_minibatches: {params.num_minibatches} is more than the {rows} "
+            f"{unit} a learner trains on each round (env.num_envs {shape.num_envs} x "
+            f"rollout_length {shape.rollout_length} x {actors} rollout actor(s)); use at most "
+            f"{rows}, or a longer round"
+        )
+
+
 def ppo_memory_needs(params: PPOParams, shape: RunShape) -> list[MemoryNeed]:
     """A round's rollout: each rollout actor's arrays (raw and normalised observations, GAE
     terms), the trajectory in Ray's object store, and the learners' tensors with their
@@ -216,6 +243,7 @@ PPO = Algorithm(
     check_actor=check_actor,
     check_params=check_params,
     memory_needs=ppo_memory_needs,
+    check_round=check_round,
     audited_params=STABILISERS,
     # The adaptive step size is the optimiser's checkpointed state; learning_rate only starts it.
     resume_ignored_params=lambda params: (
