@@ -4,6 +4,7 @@ value term against drl's ``value_loss``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -16,6 +17,7 @@ sys.path.insert(0, str(REPO_ROOT / "scripts" / "bench"))
 import memory_study  # noqa: E402
 
 from drlcli.algos.ppo.learner import value_loss  # noqa: E402
+from drlcli.preset_catalog import find_preset  # noqa: E402
 
 
 @pytest.mark.parametrize("task", sorted(memory_study.TASKS))
@@ -72,3 +74,37 @@ def test_a_privileged_variant_differs_from_its_own_by_the_critics_observation_al
     assert (privileged.algo_params.recurrent is not None) == recurrent
     assert privileged.name == f"hopper_{variant}_privileged_seed2"
     assert privileged.env.seed == plain.env.seed == 2
+
+
+@pytest.mark.parametrize("task", sorted(memory_study.TASKS))
+@pytest.mark.parametrize("variant", ["mlp", "lstm", "gru", "sb3_lstm"])
+def test_an_equal_settings_variant_puts_its_critic_on_the_policys_group(task, variant):
+    """Whatever the preset's critic reads (hopper_nov_lstm's reads all 11 numbers), the
+    variants compared with RecurrentPPO give the critic the policy's observation alone."""
+    config = memory_study.variant_config(task, variant, 0, Path("out"))
+    groups = config.env.observation_groups
+    assert groups.critic == groups.policy
+    preset = find_preset(memory_study.TASKS[task]).config()
+    assert groups.policy == preset.env.observation_groups.policy
+
+
+def test_the_framestack_variants_critic_reads_the_stacked_positions_as_its_policy():
+    groups = memory_study.variant_config(
+        "hopper", "framestack", 0, Path("out")
+    ).env.observation_groups
+    assert groups.policy == groups.critic == ("0:5", "11:16", "22:27", "33:38")
+
+
+def test_the_hopper_preset_is_the_privileged_lstm_variant():
+    """hopper_nov_lstm's critic is privileged, so the study's ``lstm_privileged`` runs the
+    preset itself (name, seed and output aside) and its ``lstm`` the critic on positions."""
+    preset = find_preset("hopper_nov_lstm").config()
+    assert preset.env.observation_groups.critic == ("0:11",)
+    variant = memory_study.variant_config("hopper", "lstm_privileged", preset.env.seed, Path("o"))
+    same_apart_from_paths = dataclasses.replace(
+        variant,
+        name=preset.name,
+        output_dir=preset.output_dir,
+        metrics_path=preset.metrics_path,
+    )
+    assert same_apart_from_paths == preset

@@ -4,21 +4,24 @@
     python scripts/bench/memory_study.py hopper --seeds 0 1 2 --variants mlp lstm
     PYTHONPATH=/path/to/sb3 python scripts/bench/memory_study.py pendulum --variants sb3_lstm
 
-The tasks hide the velocities: ``pendulum`` is the preset ``inverted_pendulum_nov_lstm``
-(InvertedPendulum-v5, policy and critic read ``'0:2'``), ``hopper`` the preset
-``hopper_nov_lstm`` (Hopper-v5, ``'0:5'``). Variants, each with the preset's budget, seeds and
-evaluations:
+The tasks hide the velocities from the policy: ``pendulum`` is the preset
+``inverted_pendulum_nov_lstm`` (InvertedPendulum-v5, policy and critic read ``'0:2'``),
+``hopper`` the preset ``hopper_nov_lstm`` (Hopper-v5, the policy reads ``'0:5'``, the critic
+the whole observation). Variants, each with the preset's budget, seeds and evaluations, and
+each but the privileged ones with its critic on the policy's group (equal settings, whatever
+the preset's critic reads):
 
-- ``lstm``: the preset; ``gru``: the same with a GRU;
+- ``lstm``: the preset's LSTM (for ``hopper``, with its critic on the positions); ``gru``: the
+  same with a GRU;
 - ``mlp``: no recurrent core, with the MLP preset's minibatches (32, the quickstart's and
   hopper_ppo's): the MLP's own best settings, not the recurrent ones;
 - ``framestack``: ``mlp`` over ``FrameStackObservation`` of the last 4 observations (the
   policy and critic read the positions of each);
 - ``mlp_privileged``, ``lstm_privileged`` (run only when named): ``mlp`` and ``lstm`` with a
   privileged critic, as rsl_rl's asymmetric actor-critic: the value network reads the whole
-  observation (the velocities too) in training, the policy the positions alone, as deployed.
-  RecurrentPPO has no such critic: a comparison of drl's training as a robotics user would set
-  it up, not one at equal settings;
+  observation (the velocities too) in training, the policy the positions alone, as deployed
+  (``hopper``'s ``lstm_privileged`` is the preset). RecurrentPPO has no such critic: a
+  comparison of drl's training as a robotics user would set it up, not one at equal settings;
 - ``sb3_lstm``: SB3-contrib's RecurrentPPO (``MlpLstmPolicy``) at the preset's settings (envs,
   steps per round, epochs, minibatch size in steps, learning rate, gamma, GAE lambda, LSTM
   size, heads, observation and reward normalisation), evaluated like drl every interval with
@@ -60,10 +63,12 @@ def variant_config(task: str, variant: str, seed: int, output: Path):
     variant = variant.removesuffix(PRIVILEGED)
     params = base.algo_params
     env = dataclasses.replace(base.env, seed=seed)
-    if privileged:
-        whole = f"0:{_observation_width(env.id)}"
-        groups = dataclasses.replace(env.observation_groups, critic=(whole,))
-        env = dataclasses.replace(env, observation_groups=groups)
+    # Whatever the preset's critic reads: equal settings put it on the policy's group, the
+    # privileged variants on the whole observation.
+    policy_group = env.observation_groups.policy
+    critic = (f"0:{_observation_width(env.id)}",) if privileged else policy_group
+    groups = dataclasses.replace(env.observation_groups, critic=critic)
+    env = dataclasses.replace(env, observation_groups=groups)
     if variant == "gru":
         params = dataclasses.replace(
             params, recurrent=dataclasses.replace(params.recurrent, cell="gru")
