@@ -283,6 +283,12 @@ def test_an_actor_whose_log_prob_is_of_a_transformed_action_refuses_rpo(monkeypa
         ({"policy_last_layer_scale": 0}, "algo_params.policy_last_layer_scale"),
         ({"policy_last_layer_scale": "small"}, "algo_params.policy_last_layer_scale"),
         ({"recompute_advantages_per_epoch": "yes"}, "algo_params.recompute_advantages_per_epoch"),
+        # read only under another setting: refused where training would ignore it
+        ({"desired_kl": 0.02}, "algo_params.desired_kl: 0.02 is read only by"),
+        (
+            {"normalize_observations": False, "observation_warmup_steps": 64},
+            "algo_params.observation_warmup_steps: 64 warms up",
+        ),
     ],
 )
 def test_bad_stabiliser_values_are_one_line(entry, message):
@@ -291,6 +297,21 @@ def test_bad_stabiliser_values_are_one_line(entry, message):
         config_from_dict(raw)
     assert str(refused.value).startswith(message)
     assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"learning_rate_schedule": "adaptive_kl", "desired_kl": 0.02},
+        {"desired_kl": 0.01},  # the default's value: nothing is ignored
+        {"normalize_observations": False},
+        {"observation_warmup_steps": 64},
+    ],
+)
+def test_a_dependent_setting_is_taken_where_it_is_read(entry):
+    raw = {"algo": "ppo", "env": {"id": "InvertedPendulum-v5"}, "algo_params": entry}
+    params = config_from_dict(raw).algo_params
+    assert all(getattr(params, key) == value for key, value in entry.items())
 
 
 @pytest.mark.parametrize("recurrent", [None, RecurrentParams(cell="gru", size=8)])

@@ -158,13 +158,29 @@ def check_params(params: PPOParams) -> None:
     """The rules between PPO's settings.
 
     Raises:
-        ConfigError: ``recompute_advantages_per_epoch`` with a recurrent core.
+        ConfigError: ``recompute_advantages_per_epoch`` with a recurrent core; a setting that
+            only another setting makes read (``desired_kl`` without ``learning_rate_schedule:
+            adaptive_kl``, ``observation_warmup_steps`` without ``normalize_observations``)
+            given a value of its own, which training would ignore.
     """
     if params.recompute_advantages_per_epoch and params.recurrent is not None:
         raise ConfigError(
             "algo_params.recompute_advantages_per_epoch: recomputes advantages of MLP policies "
             "only (a recurrent critic's values depend on the whole sequence); remove it or "
             "algo_params.recurrent"
+        )
+    defaults = PPOParams()
+    if params.learning_rate_schedule != "adaptive_kl" and params.desired_kl != defaults.desired_kl:
+        raise ConfigError(
+            f"algo_params.desired_kl: {params.desired_kl} is read only by "
+            f"learning_rate_schedule: adaptive_kl (this config's is "
+            f"{params.learning_rate_schedule}); set that schedule, or remove desired_kl"
+        )
+    if not params.normalize_observations and params.observation_warmup_steps is not None:
+        raise ConfigError(
+            f"algo_params.observation_warmup_steps: {params.observation_warmup_steps} warms up "
+            "the observation statistics, which normalize_observations: false does not keep; "
+            "remove it, or set normalize_observations: true"
         )
 
 
