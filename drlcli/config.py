@@ -480,7 +480,17 @@ def _build_dataclass(
     hint_overrides: dict[str, type] | None = None,
 ) -> Any:
     if not isinstance(raw, dict):
-        raise ConfigError(f"{path or 'config'}: expected a mapping, got {describe_value(raw)}")
+        all_defaults = all(
+            spec.default is not dataclasses.MISSING
+            or spec.default_factory is not dataclasses.MISSING
+            for spec in dataclasses.fields(cls)
+        )
+        hint = (
+            f" (leave {path} out for its defaults)" if raw is None and path and all_defaults else ""
+        )
+        raise ConfigError(
+            f"{path or 'config'}: expected a mapping, got {describe_value(raw)}{hint}"
+        )
     hints = typing.get_type_hints(cls)
     hints.update(hint_overrides or {})
     fields = {f.name: f for f in dataclasses.fields(cls)}

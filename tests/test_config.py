@@ -76,6 +76,11 @@ def test_values_are_read_and_converted(write_config):
             "algo_params.value_hidden_sizes[0]: must be a positive integer, got -256",
         ),
         ("env: Hopper-v5\n", "env: expected a mapping, got 'Hopper-v5'"),
+        (
+            "evaluation: null\n",
+            "evaluation: expected a mapping, got null (leave evaluation out for its defaults)",
+        ),
+        ("env: {kwargs: null}\n", "env.kwargs: expected a mapping, got null"),
         ("algo: dqn\n", "algo: unknown algorithm 'dqn'; choose one of: flash_sac, ppo"),
         ("name: 'a b'\n", "name: 'a b' cannot name output files"),
         ("metrics_path: 3\n", "metrics_path: expected a string, got 3"),
