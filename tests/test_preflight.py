@@ -157,9 +157,9 @@ def test_tune_ranks_an_objective_of_zero_above_trials_without_one():
 
 
 def _shape(num_envs: int, rollout_length: int, num_actors: int = 1, num_learners: int = 1):
-    from drlcli.algos.entry_types import RunShape
+    from drlcli.algos.entry_types import RoundShape
 
-    return RunShape(3, 1, num_envs, rollout_length, num_actors, num_learners)
+    return RoundShape(num_envs, rollout_length, num_actors, num_learners)
 
 
 @pytest.mark.parametrize(

@@ -289,6 +289,42 @@ def test_bad_files_are_one_line_errors_before_any_trial(files, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_trial_whose_round_cannot_hold_its_minibatches_is_refused_before_any(files, tmp_path):
+    """A round of 2 envs x 64 steps holds 128 minibatches at most: the range's high end, a
+    combination of two keys each fine alone, and the search's own config are each refused in
+    one line before anything starts, as the trial's own start would refuse them."""
+    config, space = files
+
+    def tune_lines(space_text: str) -> list[str]:
+        space.write_text(space_text)
+        result = runner.invoke(app, ["tune", str(config), str(space), "--dry-run"])
+        assert result.exit_code == 2, result.output
+        return result.output.strip().splitlines()
+
+    assert tune_lines("space:\n  algo_params.num_minibatches: {int: [2, 512]}\n") == [
+        f"error: {space}: space: a trial with algo_params.num_minibatches 512 is refused: "
+        "algo_params.num_minibatches: 512 is more than the 128 env steps a learner trains on "
+        "each round (env.num_envs 2 x rollout_length 64 x 1 rollout actor(s)); use at most "
+        "128, or a longer round"
+    ]
+    both = tune_lines(
+        "space:\n  rollout_length: {choice: [8, 64]}\n"
+        "  algo_params.num_minibatches: {choice: [4, 32]}\n"
+    )
+    assert both[0].startswith(
+        f"error: {space}: space: a trial with rollout_length 8, algo_params.num_minibatches 32 "
+        "is refused: algo_params.num_minibatches: 32 is more than the 16 env steps"
+    )
+    space.write_text(SPACE)
+    config.write_text(config.read_text().replace("num_minibatches: 4", "num_minibatches: 129"))
+    result = runner.invoke(app, ["tune", str(config), str(space), "--dry-run"])
+    assert result.exit_code == 2
+    assert result.output.startswith(
+        f"error: {config}: algo_params.num_minibatches: 129 is more than the 128 env steps"
+    )
+    assert not (tmp_path / "out").exists()
+
+
 def test_pbt_keeps_perturbed_values_in_their_ranges():
     from drlcli.tune.runner import clip_to_space
 

@@ -1,7 +1,8 @@
-"""What an algorithm declares: the ``Algorithm`` entry type (with ``OffPolicy``, ``RunShape`` and
-``MemoryNeed``), and the plain records its learners are built from (``LearnerContext``,
-``RoundPlan``). The entries themselves are listed in ``algos/registry.py``; the runtime's side
-(``RunContext``, the ``RoundLoop`` protocol) is ``runtime/run_context.py``."""
+"""What an algorithm declares: the ``Algorithm`` entry type (with ``OffPolicy``, ``RoundShape``,
+``RunShape`` and ``MemoryNeed``), and the plain records its learners are built from
+(``LearnerContext``, ``RoundPlan``). The entries themselves are listed in
+``algos/registry.py``; the runtime's side (``RunContext``, the ``RoundLoop`` protocol) is
+``runtime/run_context.py``."""
 
 from __future__ import annotations
 
@@ -63,15 +64,21 @@ class LearnerContext:
 
 
 @dataclass(frozen=True)
-class RunShape:
-    """The sizes a run's memory follows, once the topology and the task are known."""
+class RoundShape:
+    """The sizes of a round, once the topology is known: what ``check_round`` reads."""
 
-    obs_dim: int
-    action_dim: int
     num_envs: int  # per rollout actor
     rollout_length: int
     num_actors: int
     num_learners: int
+
+
+@dataclass(frozen=True)
+class RunShape(RoundShape):
+    """The sizes a run's memory follows, once the topology and the task are known."""
+
+    obs_dim: int
+    action_dim: int
 
 
 @dataclass(frozen=True)
@@ -155,7 +162,7 @@ class Algorithm:
             whose round loop implements ``ReplaySaving``; None when it cannot.
         memory_needs: ``(params, RunShape) -> [MemoryNeed]``: its large allocations (rollouts,
             replay buffers, networks beyond the policy actor), checked before anything starts.
-        check_round: ``(params, RunShape)``: the rules between its params and the size of a
+        check_round: ``(params, RoundShape)``: the rules between its params and the size of a
             round (PPO's minibatches), run before anything starts (ConfigError).
         audited_params: the params ``drl verify`` records of a checkpoint (how it was
             trained beyond the defaults' algorithm: PPO's stabilisers).
@@ -190,7 +197,7 @@ class Algorithm:
     )
     replay_saving: Callable[[Any], bool] | None = None
     memory_needs: Callable[[Any, RunShape], list[MemoryNeed]] = lambda params, shape: []
-    check_round: Callable[[Any, RunShape], None] = lambda params, shape: None
+    check_round: Callable[[Any, RoundShape], None] = lambda params, shape: None
     audited_params: tuple[str, ...] = ()
     resume_ignored_params: Callable[[Any], tuple[str, ...]] = lambda params: ()
 

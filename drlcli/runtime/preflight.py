@@ -100,12 +100,12 @@ def preflight(
     )
     replay_file = _replay_file(algorithm, config, resume, resume_replay, stored)
     shape = RunShape(
-        facts.obs_dim,
-        facts.action_dim,
-        config.env.num_envs,
-        config.rollout_length,
-        topology.num_actors,
-        topology.num_learners,
+        num_envs=config.env.num_envs,
+        rollout_length=config.rollout_length,
+        num_actors=topology.num_actors,
+        num_learners=topology.num_learners,
+        obs_dim=facts.obs_dim,
+        action_dim=facts.action_dim,
     )
     algorithm.check_round(config.algo_params, shape)
     if not on_cluster:  # a cluster's learners and rollout actors may run on other machines

@@ -6,7 +6,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import itertools
 import logging
+import math
 import os
 import statistics
 import warnings
@@ -16,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from drlcli.algos.entry_types import RoundShape
+from drlcli.algos.registry import get_algorithm
 from drlcli.config import config_from_dict, read_yaml_mapping
 from drlcli.errors import ConfigError, SearchInterrupted, TrainingError, UsageError
 from drlcli.metrics.runs import SEARCH_FILE
@@ -34,7 +38,7 @@ from drlcli.tune.search import (
     write_results_csv,
 )
 from drlcli.tune.settings import parse_search_settings
-from drlcli.tune.space import parse_space, read_space_file, with_values
+from drlcli.tune.space import checked_values, parse_space, read_space_file, with_values
 
 
 @dataclass(frozen=True)
@@ -129,7 +133,47 @@ def prepare_search(config_path: Path, space_path: Path, trials: int | None = Non
             check_resumable_dimensions(base, config, dimensions)
         except ConfigError as error:
             raise ConfigError(f"{space_path}: {error}") from None
-    return plan_trials(base, config, dimensions, settings)
+    plan = plan_trials(base, config, dimensions, settings)
+    check_trial_rounds(plan, config_path, space_path)
+    return plan
+
+
+TRIAL_CORNERS_CHECKED = 4096
+"""At most this many combinations of the searched keys' extreme values are checked together;
+a larger space has each key's values checked alone against the config."""
+
+
+def check_trial_rounds(plan: TrialPlan, config_path: Path, space_path: Path) -> None:
+    """Every trial's round holds what its update asks for (the algorithm's ``check_round``,
+    e.g. PPO's minibatches within a round's steps), as a run's preflight would find at the
+    trial's start: for the search's own config, and for each combination of the searched keys'
+    extreme values (a range's ends, every choice), as several keys together make a round.
+
+    Raises:
+        ConfigError: ``CONFIG: <the round's rule>`` for the config's own round, ``SPACE: space:
+            a trial with KEY VALUE, ...: <the round's rule>`` for a trial's.
+    """
+    algorithm = get_algorithm(plan.trial_config({}, Path("trial"), 0).algo)
+    values = [[(d.key, value) for value in checked_values(d)] for d in plan.dimensions]
+    if math.prod(len(each) for each in values) <= TRIAL_CORNERS_CHECKED:
+        combinations = [dict(combination) for combination in itertools.product(*values)]
+    else:
+        combinations = [dict([pair]) for each in values for pair in each]
+    for combination in [{}, *combinations]:
+        trial = plan.trial_config(combination, Path("trial"), 0)
+        topology = topology_for_config(trial, AvailableDevices(cuda_devices=0, mps=False))
+        shape = RoundShape(
+            trial.env.num_envs, trial.rollout_length, topology.num_actors, topology.num_learners
+        )
+        try:
+            algorithm.check_round(trial.algo_params, shape)
+        except ConfigError as error:
+            if not combination:
+                raise ConfigError(f"{config_path}: {error}") from None
+            named = ", ".join(f"{key} {value!r}" for key, value in combination.items())
+            raise ConfigError(
+                f"{space_path}: space: a trial with {named} is refused: {error}"
+            ) from None
 
 
 def check_resumable_dimensions(base: dict[str, Any], config: Any, dimensions: Any) -> None:
@@ -141,7 +185,6 @@ def check_resumable_dimensions(base: dict[str, Any], config: Any, dimensions: An
     Raises:
         ConfigError: ``space.<key>``, naming the value.
     """
-    from drlcli.algos.registry import get_algorithm
     from drlcli.envs import env_facts, make_task_env
     from drlcli.runtime.nodes import import_py_modules_here
     from drlcli.runtime.probe import probe_actor

@@ -92,7 +92,7 @@ def parse_space(raw: Any, base: Mapping[str, Any], where: str = "space") -> list
             raise ConfigError(f"{path}: cannot be searched: {SEARCH_OWNED_KEYS[key]}")
         field_type = _field_type(key, algorithm.params_type, path)
         dimension = _parse_distribution(key, spec, field_type, path)
-        for value in _values_to_check(dimension):
+        for value in checked_values(dimension):
             try:
                 config_from_dict(with_values(base, {key: value}), default_name="trial")
             except ConfigError as error:
@@ -210,7 +210,7 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _values_to_check(dimension: Dimension) -> tuple[Any, ...]:
+def checked_values(dimension: Dimension) -> tuple[Any, ...]:
     """The values whose acceptance by the config stands for the whole dimension: every
     choice, or both ends of a range (the config's bounds are intervals)."""
     if dimension.kind == "choice":

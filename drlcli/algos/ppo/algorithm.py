@@ -8,7 +8,7 @@ from typing import Any
 
 from drlcli.actors.recurrent_layout import core_of, core_of_kwargs, describe_core
 from drlcli.actors.spec import RECURRENT_GAUSSIAN_BUILDER, ActorSpec
-from drlcli.algos.entry_types import Algorithm, MemoryNeed, PPORounds, RunShape
+from drlcli.algos.entry_types import Algorithm, MemoryNeed, PPORounds, RoundShape, RunShape
 from drlcli.algos.ppo.params import STABILISERS, PPOParams
 from drlcli.errors import ConfigError
 from drlcli.normalization import reward_scaler_state_problem
@@ -184,7 +184,7 @@ def check_params(params: PPOParams) -> None:
         )
 
 
-def check_round(params: PPOParams, shape: RunShape) -> None:
+def check_round(params: PPOParams, shape: RoundShape) -> None:
     """Every minibatch gets something to train on: ``num_minibatches`` is at most the env steps
     a learner trains on each round, or a recurrent policy's sequences (each env's round cut
     into chunks of ``sequence_length``; episode starts only add chunks). More would leave the
