@@ -82,7 +82,9 @@ OUTSIDE_COMBINATION: dict[str, tuple[str, ...]] = {
 """Each task's candidates for the winner beside the singles, never members of the combination:
 levers against Hopper's lost seeds; Walker2d's preset loses none on the study's seeds, and its
 IQM fell with either half of the pair."""
-VARIANTS = ("preset", *SINGLES, "budget", *PAIRS, "combination")
+NAMED = ("preset", *SINGLES, "budget", *PAIRS)
+"""The variants with settings of their own (a combination is named by its singles)."""
+VARIANTS = (*NAMED, "combination")
 FAILED_BELOW = 2500.0
 COMBINED_AT_LEAST = 2
 """Singles above the preset that make a combination: one would be that single again."""
@@ -179,7 +181,7 @@ def report(record: StudyRecord, seeds: list[int] = STUDY_SEEDS) -> str:
     ]
     preset = [value for seed, value in record.returns("preset").items() if seed in seeds]
     combinations = sorted({entry["variant"] for entry in record.entries()} - set(VARIANTS))
-    for variant in ["preset", *SINGLES, "budget", *PAIRS, *combinations]:
+    for variant in [*NAMED, *combinations]:
         returns = {seed: value for seed, value in record.returns(variant).items() if seed in seeds}
         if not returns:
             continue
@@ -299,7 +301,7 @@ def main() -> None:
                 print(summary())
                 return
             extra: dict[str, Any] = {}
-            if variant in ("preset", *SINGLES, "budget", *PAIRS):
+            if variant in NAMED:
                 changes = SINGLES.get(variant) or PAIRS.get(variant, {})
             else:
                 extra["stabilisers"] = variant.split("-")
