@@ -26,6 +26,22 @@ def test_a_good_checkpoint_passes_every_check(checkpoint_file):
     assert report.verdict.startswith("PASS: all 17 checks passed")
 
 
+@pytest.mark.parametrize(
+    ("warnings", "verdict"),
+    [
+        (0, "PASS: all 3 checks passed"),
+        (1, "PASS: all 3 checks passed (1 warning)"),
+        (2, "PASS: all 3 checks passed (2 warnings)"),
+    ],
+)
+def test_the_verdict_counts_warnings_in_words(warnings, verdict):
+    from drlcli.checkpoints.audit import AuditReport
+    from drlcli.checkpoints.verified import Check
+
+    checks = [Check(f"c{i}", "WARN" if i < warnings else "PASS", "") for i in range(3)]
+    assert AuditReport("x.pt", checks).verdict == verdict
+
+
 def _set_semantics(**changes):
     def modify(payload):
         payload["actor_semantics"].update(changes)

@@ -35,7 +35,7 @@ class AuditReport:
         warnings = sum(check.status == WARN for check in self.checks)
         if failures:
             return f"FAIL: {failures} of {len(self.checks)} checks failed"
-        suffix = f" ({warnings} warnings)" if warnings else ""
+        suffix = f" ({warnings} warning{'s' if warnings > 1 else ''})" if warnings else ""
         return f"PASS: all {len(self.checks)} checks passed{suffix}"
 
     def to_json(self) -> str:
