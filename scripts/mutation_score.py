@@ -50,7 +50,7 @@ def equivalent_mutants() -> set[str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", type=float, default=0.9, help="the score to keep (0-1)")
     args = parser.parse_args()
     statuses = mutant_statuses()

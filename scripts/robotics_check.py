@@ -59,7 +59,7 @@ def run(command: list[str], timeout_s: float = 900.0) -> tuple[bool, str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("set", choices=sorted(TASKS))
     parser.add_argument("--keep", type=Path, help="leave the runs' outputs in this folder")
     args = parser.parse_args()

@@ -141,7 +141,7 @@ def differences(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("action", choices=("record", "compare"))
     parser.add_argument("file", type=Path, help="the record (JSON) to write or compare with")
     parser.add_argument("--presets", nargs="+", default=list(DEFAULT_PRESETS))

@@ -72,7 +72,7 @@ def fetch(url: str) -> bytes:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--rows", type=int, default=5000)
     parser.add_argument("--repeats", type=int, default=5)

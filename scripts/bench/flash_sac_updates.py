@@ -69,7 +69,7 @@ def measure(path: Path, updates: int, threads: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("configs", type=Path, nargs="+")
     parser.add_argument("--updates", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=3)

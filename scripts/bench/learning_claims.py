@@ -172,7 +172,7 @@ def privileged_critic_claim(algo: str, seeds: list[int], output: Path) -> list[s
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("claim", choices=["user-robot", "privileged-critic", "all"])
     parser.add_argument(
         "--seeds", type=int, nargs="+", default=None, help="instead of each claim's"

@@ -251,7 +251,7 @@ def run_sb3_lstm(config, output: Path) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("task", choices=sorted(TASKS))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(EQUAL_VARIANTS))

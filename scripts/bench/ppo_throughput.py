@@ -60,7 +60,7 @@ def train_rates(config: Any) -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", type=Path, default=Path("configs/hopper_ppo.yaml"))
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--raw-steps", type=int, default=30_000)

@@ -50,7 +50,7 @@ def update_seconds(learner: Learner, size: int, obs_dim: int, action_dim: int, r
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", type=Path, default=Path("configs/hopper_ppo.yaml"))
     parser.add_argument("--obs-dim", type=int, default=11, help="Hopper-v5's")
     parser.add_argument("--action-dim", type=int, default=3, help="Hopper-v5's")

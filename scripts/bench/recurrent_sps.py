@@ -121,7 +121,7 @@ def sb3_steady_sps(recurrent: bool, steps: int, seed: int, minibatches: int) -> 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=30720, help="drl env steps per run")
     parser.add_argument("--sb3-steps", type=int, default=6144, help="SB3 env steps per run")
     parser.add_argument("--repeats", type=int, default=1)

@@ -98,7 +98,7 @@ def seconds_per_round(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cell", choices=("lstm", "gru"), default="lstm")
     parser.add_argument("--num-minibatches", type=int, default=4)
     parser.add_argument("--episode-length", type=float, default=100.0)

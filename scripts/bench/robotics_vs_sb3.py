@@ -178,7 +178,7 @@ def run_sb3(task: str, seed: int, steps: int, episodes: int) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("task", choices=sorted(TASKS))
     parser.add_argument(
         "--summarize",

@@ -220,7 +220,7 @@ def verdict(record: StudyRecord, candidate: str, seeds: list[int] = CONFIRMATION
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("task", choices=sorted(TASKS))
     parser.add_argument("--seeds", type=int, nargs="+", default=None, help="default 5000-5004")
     parser.add_argument(

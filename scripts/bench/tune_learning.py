@@ -29,7 +29,7 @@ LEARNING_RATE = "algo_params.learning_rate"
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default="inverted_pendulum_ppo", help="preset or YAML")
     parser.add_argument(
         "--space", type=Path, default=Path("examples/tune/inverted_pendulum_ppo_space.yaml")
