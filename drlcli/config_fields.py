@@ -4,6 +4,7 @@ but errors: the params of every algorithm use these."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -29,6 +30,28 @@ def in_range(
 def one_of(*options: str) -> dict[str, Any]:
     """A string from ``options``."""
     return {"choices": options}
+
+
+def refuse_unread(params: Any, name: str, read: bool, read_with: str) -> None:
+    """A setting that only another makes read, given a value other than its default where
+    nothing reads it: training would ignore it in silence, so it is refused. Its default's
+    value stays accepted (a stored config holds every field).
+
+    Args:
+        params: an algorithm's params dataclass.
+        name: the field.
+        read: whether this config reads it.
+        read_with: the setting that makes it read, as the user writes it.
+
+    Raises:
+        ConfigError: ``algo_params.NAME: VALUE is read only with READ_WITH; ...``.
+    """
+    value = getattr(params, name)
+    (spec,) = (field for field in dataclasses.fields(params) if field.name == name)
+    if not read and value != spec.default:
+        raise ConfigError(
+            f"algo_params.{name}: {value} is read only with {read_with}; set that, or remove {name}"
+        )
 
 
 def check_plain_data(mapping: Any, path: str) -> None:

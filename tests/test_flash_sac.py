@@ -875,3 +875,25 @@ def test_a_learner_process_builds_its_learner_from_the_context():
     for network in ("actor", "critic", "target_critic"):
         for name, tensor in ours[network].items():
             assert torch.equal(tensor, theirs[network][name]), f"{network}.{name}"
+
+
+@pytest.mark.parametrize(
+    ("algo", "algo_params", "unread", "read_with"),
+    [
+        ("flash_sac", {"normalize_rewards": False}, "normalized_return_max", "normalize_rewards"),
+        ("sac", {}, "normalized_return_max", "normalize_rewards"),
+        ("sac", {"autotune_temperature": False}, "target_entropy_scale", "autotune_temperature"),
+    ],
+)
+def test_a_setting_nothing_reads_under_the_others_is_refused(algo, algo_params, unread, read_with):
+    """Training would ignore it: one line; its default's value (a stored config's) stays
+    accepted."""
+    with pytest.raises(ConfigError) as error:
+        config_from_dict({"algo": algo, "algo_params": {**algo_params, unread: 0.5}})
+    assert str(error.value) == (
+        f"algo_params.{unread}: 0.5 is read only with {read_with}: true; set that, or remove "
+        f"{unread}"
+    )
+    default = getattr(config_from_dict({"algo": algo}).algo_params, unread)
+    given = config_from_dict({"algo": algo, "algo_params": {**algo_params, unread: default}})
+    assert getattr(given.algo_params, unread) == default

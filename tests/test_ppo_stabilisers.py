@@ -284,10 +284,14 @@ def test_an_actor_whose_log_prob_is_of_a_transformed_action_refuses_rpo(monkeypa
         ({"policy_last_layer_scale": "small"}, "algo_params.policy_last_layer_scale"),
         ({"recompute_advantages_per_epoch": "yes"}, "algo_params.recompute_advantages_per_epoch"),
         # read only under another setting: refused where training would ignore it
-        ({"desired_kl": 0.02}, "algo_params.desired_kl: 0.02 is read only by"),
+        (
+            {"desired_kl": 0.02},
+            "algo_params.desired_kl: 0.02 is read only with learning_rate_schedule: adaptive_kl; "
+            "set that, or remove desired_kl",
+        ),
         (
             {"normalize_observations": False, "observation_warmup_steps": 64},
-            "algo_params.observation_warmup_steps: 64 warms up",
+            "algo_params.observation_warmup_steps: 64 is read only with normalize_observations",
         ),
     ],
 )

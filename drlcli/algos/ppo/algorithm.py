@@ -10,6 +10,7 @@ from drlcli.actors.recurrent_layout import core_of, core_of_kwargs, describe_cor
 from drlcli.actors.spec import RECURRENT_GAUSSIAN_BUILDER, ActorSpec
 from drlcli.algos.entry_types import Algorithm, MemoryNeed, PPORounds, RoundShape, RunShape
 from drlcli.algos.ppo.params import STABILISERS, PPOParams
+from drlcli.config_fields import refuse_unread
 from drlcli.errors import ConfigError
 from drlcli.normalization import reward_scaler_state_problem
 
@@ -169,19 +170,14 @@ def check_params(params: PPOParams) -> None:
             "only (a recurrent critic's values depend on the whole sequence); remove it or "
             "algo_params.recurrent"
         )
-    defaults = PPOParams()
-    if params.learning_rate_schedule != "adaptive_kl" and params.desired_kl != defaults.desired_kl:
-        raise ConfigError(
-            f"algo_params.desired_kl: {params.desired_kl} is read only by "
-            f"learning_rate_schedule: adaptive_kl (this config's is "
-            f"{params.learning_rate_schedule}); set that schedule, or remove desired_kl"
-        )
-    if not params.normalize_observations and params.observation_warmup_steps is not None:
-        raise ConfigError(
-            f"algo_params.observation_warmup_steps: {params.observation_warmup_steps} warms up "
-            "the observation statistics, which normalize_observations: false does not keep; "
-            "remove it, or set normalize_observations: true"
-        )
+    adaptive = params.learning_rate_schedule == "adaptive_kl"
+    refuse_unread(params, "desired_kl", adaptive, "learning_rate_schedule: adaptive_kl")
+    refuse_unread(
+        params,
+        "observation_warmup_steps",
+        params.normalize_observations,
+        "normalize_observations: true",
+    )
 
 
 def check_round(params: PPOParams, shape: RoundShape) -> None:
