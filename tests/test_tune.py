@@ -315,6 +315,11 @@ def test_a_trial_whose_round_cannot_hold_its_minibatches_is_refused_before_any(f
         f"error: {space}: space: a trial with rollout_length 8, algo_params.num_minibatches 32 "
         "is refused: algo_params.num_minibatches: 32 is more than the 16 env steps"
     )
+    assert tune_lines("space:\n  num_gpus: {choice: [1, 2]}\n") == [
+        f"error: {space}: space: a trial with num_gpus 2 is refused: actors_per_gpu: must be "
+        "set when num_gpus > 1 (num_gpus=2, num_actors=1); num_actors must equal num_gpus * "
+        "actors_per_gpu"
+    ]
     space.write_text(SPACE)
     config.write_text(config.read_text().replace("num_minibatches: 4", "num_minibatches: 129"))
     result = runner.invoke(app, ["tune", str(config), str(space), "--dry-run"])

@@ -161,11 +161,15 @@ def check_trial_rounds(plan: TrialPlan, config_path: Path, space_path: Path) -> 
         combinations = [dict([pair]) for each in values for pair in each]
     for combination in [{}, *combinations]:
         trial = plan.trial_config(combination, Path("trial"), 0)
-        topology = topology_for_config(trial, AvailableDevices(cuda_devices=0, mps=False))
-        shape = RoundShape(
-            trial.env.num_envs, trial.rollout_length, topology.num_actors, topology.num_learners
-        )
         try:
+            # Trials train on CPUs (a topology error names its own field).
+            topology = topology_for_config(trial, AvailableDevices(cuda_devices=0, mps=False))
+            shape = RoundShape(
+                trial.env.num_envs,
+                trial.rollout_length,
+                topology.num_actors,
+                topology.num_learners,
+            )
             algorithm.check_round(trial.algo_params, shape)
         except ConfigError as error:
             if not combination:
