@@ -125,8 +125,6 @@ def prepare_search(config_path: Path, space_path: Path, trials: int | None = Non
         settings = parse_search_settings(search, config)
     except ConfigError as error:
         raise ConfigError(f"{space_path}: {error}") from None
-    # Trials train on CPUs; a topology that needs GPUs is refused here, not in every trial.
-    topology_for_config(config, AvailableDevices(cuda_devices=0, mps=False))
     base.setdefault("name", config.name)
     if settings.scheduler == "pbt":
         try:
@@ -134,7 +132,7 @@ def prepare_search(config_path: Path, space_path: Path, trials: int | None = Non
         except ConfigError as error:
             raise ConfigError(f"{space_path}: {error}") from None
     plan = plan_trials(base, config, dimensions, settings)
-    check_trial_rounds(plan, config_path, space_path)
+    check_trial_shapes(plan, config_path, space_path)
     return plan
 
 
@@ -143,15 +141,16 @@ TRIAL_CORNERS_CHECKED = 4096
 a larger space has each key's values checked alone against the config."""
 
 
-def check_trial_rounds(plan: TrialPlan, config_path: Path, space_path: Path) -> None:
-    """Every trial's round holds what its update asks for (the algorithm's ``check_round``,
-    e.g. PPO's minibatches within a round's steps), as a run's preflight would find at the
-    trial's start: for the search's own config, and for each combination of the searched keys'
-    extreme values (a range's ends, every choice), as several keys together make a round.
+def check_trial_shapes(plan: TrialPlan, config_path: Path, space_path: Path) -> None:
+    """Every trial's topology and round are valid, as a run's preflight would find at the
+    trial's start (trials train on CPUs; the algorithm's ``check_round``, e.g. PPO's minibatches
+    within a round's steps): for the search's own config, and for each combination of the
+    searched keys' extreme values (a range's ends, every choice), as several keys together
+    make a round.
 
     Raises:
-        ConfigError: ``CONFIG: <the round's rule>`` for the config's own round, ``SPACE: space:
-            a trial with KEY VALUE, ...: <the round's rule>`` for a trial's.
+        ConfigError: ``CONFIG: <the rule>`` for the config's own trial, ``SPACE: space: a trial
+            with KEY VALUE, ...: is refused: <the rule>`` for another.
     """
     algorithm = get_algorithm(plan.trial_config({}, Path("trial"), 0).algo)
     values = [[(d.key, value) for value in checked_values(d)] for d in plan.dimensions]
@@ -162,7 +161,6 @@ def check_trial_rounds(plan: TrialPlan, config_path: Path, space_path: Path) -> 
     for combination in [{}, *combinations]:
         trial = plan.trial_config(combination, Path("trial"), 0)
         try:
-            # Trials train on CPUs (a topology error names its own field).
             topology = topology_for_config(trial, AvailableDevices(cuda_devices=0, mps=False))
             shape = RoundShape(
                 trial.env.num_envs,
