@@ -23,10 +23,28 @@ def make_render_env(
     policy: PlayPolicy, render_mode: str, camera: str = CAMERA_FOLLOW, **overrides: Any
 ) -> Any:
     """``policy``'s environment with a render mode and the view ``camera`` names
-    (``view_from``)."""
+    (``view_from``).
+
+    Raises:
+        UsageError: the task does not list ``render_mode`` in its ``metadata["render_modes"]``
+            (a task of your own that cannot draw frames): it would fail at its first frame.
+    """
+    import warnings
+
     model_camera = {} if camera in (CAMERA_FOLLOW, CAMERA_FIXED) else {"camera_name": camera}
-    env = policy.make_env(render_mode=render_mode, **model_camera, **overrides)
+    with warnings.catch_warnings():
+        # Gymnasium's warning of an unlisted mode: the check below says it in one line.
+        warnings.filterwarnings("ignore", message=".*not in the possible render_modes")
+        env = policy.make_env(render_mode=render_mode, **model_camera, **overrides)
     try:
+        modes = list(env.metadata.get("render_modes") or [])
+        if render_mode not in modes:
+            flag = "--render" if render_mode == "human" else "--video"
+            raise UsageError(
+                f"{flag}: {policy.env_id} does not draw {render_mode!r} frames (its "
+                f"metadata's render_modes: {modes or 'none'}); play it without {flag} for its "
+                "returns, or give the task that render mode"
+            )
         view_from(env, camera)
     except BaseException:
         env.close()

@@ -179,6 +179,38 @@ def test_bad_video_arguments_write_nothing(checkpoint_file, tmp_path):
     assert list(tmp_path.glob("v.*")) == []
 
 
+@pytest.mark.parametrize(("render_mode", "flag"), [("rgb_array", "--video"), ("human", "--render")])
+def test_a_task_that_draws_no_frames_is_refused_in_one_line(render_mode, flag):
+    """A task of your own whose metadata lists no render mode failed at its first frame with
+    gymnasium's NotImplementedError; now one line before any episode, without gymnasium's
+    warning of the unlisted mode."""
+    import warnings
+    from types import SimpleNamespace
+
+    import gymnasium
+
+    import tests.range_envs  # noqa: F401  (registers drltest/Ranged-v0, render_modes [])
+    from drlcli.play import make_render_env
+
+    made = []
+
+    def make_env(**kwargs):
+        made.append(gymnasium.make("drltest/Ranged-v0", low=[-1.0], high=[1.0], **kwargs))
+        return made[-1]
+
+    policy = SimpleNamespace(env_id="drltest/Ranged-v0", make_env=make_env)
+    with warnings.catch_warnings(record=True) as caught, pytest.raises(UsageError) as refused:
+        warnings.simplefilter("always")
+        make_render_env(policy, render_mode)
+    assert str(refused.value) == (
+        f"{flag}: drltest/Ranged-v0 does not draw {render_mode!r} frames (its metadata's "
+        f"render_modes: none); play it without {flag} for its returns, or give the task that "
+        "render mode"
+    )
+    assert [str(w.message) for w in caught] == []
+    assert len(made) == 1  # made with the mode, so gymnasium had its warning to give
+
+
 def test_render_without_display_suggests_video(checkpoint_file, monkeypatch):
     monkeypatch.delenv("DISPLAY", raising=False)
     monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
