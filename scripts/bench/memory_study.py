@@ -28,9 +28,10 @@ the preset's critic reads):
   10 deterministic episodes, its LSTM state reset at each episode's start.
 
 Each finished run's metrics CSV (the ``sb3_lstm`` one written in drl's columns) is recorded
-under ``docs/results/data/memory/<task>/`` (``study_runs.StudyRecord``), so ``drl compare
-docs/results/data/memory/<task>`` redraws the tables from the repository alone and a study that
-stops resumes where it was: a run already recorded there is skipped.
+under ``docs/results/data/memory/<task>/`` (``study_runs.StudyRecord``), so ``drl compare``
+redraws the tables from the repository alone, each table's seeds picked by their files
+(``metrics_hopper_{lstm,sb3_lstm}_seed[0-4].csv``: the folder holds fresh seeds too), and a
+study that stops resumes where it was: a run already recorded there is skipped.
 """
 
 from __future__ import annotations
