@@ -330,6 +330,24 @@ def test_a_trial_whose_round_cannot_hold_its_minibatches_is_refused_before_any(f
     assert not (tmp_path / "out").exists()
 
 
+def test_past_the_combinations_it_checks_each_searched_value_alone(files, monkeypatch):
+    """A space of more combinations than TRIAL_CORNERS_CHECKED has each key's values checked
+    alone against the config: a value too large alone is still refused before any trial, a
+    pair too large only together is left to the trial's own start."""
+    import drlcli.tune.runner as tune_runner
+
+    config, space = files
+    monkeypatch.setattr(tune_runner, "TRIAL_CORNERS_CHECKED", 1)
+    space.write_text("space:\n  algo_params.num_minibatches: {int: [2, 512]}\n")
+    with pytest.raises(ConfigError, match="a trial with algo_params.num_minibatches 512 is"):
+        tune_runner.prepare_search(config, space)
+    space.write_text(
+        "space:\n  rollout_length: {choice: [8, 64]}\n"
+        "  algo_params.num_minibatches: {choice: [4, 32]}\n"
+    )
+    assert len(tune_runner.prepare_search(config, space).dimensions) == 2
+
+
 def test_pbt_keeps_perturbed_values_in_their_ranges():
     from drlcli.tune.runner import clip_to_space
 
