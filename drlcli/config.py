@@ -23,7 +23,14 @@ from typing import Any
 import yaml
 
 from drlcli.algos.registry import ALGORITHMS, DEFAULT_ALGORITHM, get_algorithm
-from drlcli.config_fields import check_plain_data, describe_value, in_range, one_of, positive
+from drlcli.config_fields import (
+    check_plain_data,
+    describe_value,
+    in_range,
+    one_of,
+    positive,
+    refuse_unread,
+)
 from drlcli.errors import ConfigError
 
 # --- schema ------------------------------------------------------------------------------------
@@ -367,8 +374,16 @@ def read_yaml_mapping(path: Path, what: str) -> dict[str, Any]:
     return raw
 
 
-def config_from_dict(raw: dict[str, Any], default_name: str = "run") -> Config:
-    """Validate a plain mapping (already parsed YAML or a checkpoint's stored config)."""
+def config_from_dict(
+    raw: dict[str, Any], default_name: str = "run", *, refuse_unread_settings: bool = True
+) -> Config:
+    """Validate a plain mapping (already parsed YAML or a checkpoint's stored config).
+
+    Args:
+        refuse_unread_settings: refuse an ``algo_params`` setting that the others leave unread
+            (``config_fields.unread_settings``); ``drl tune`` builds its trials without it, as a
+            space's values may be read by some trials only.
+    """
     raw = dict(raw)
     _check_observation_parts(raw.get("env"))
     algorithm = get_algorithm(raw.get("algo", Config.algo))
@@ -378,6 +393,8 @@ def config_from_dict(raw: dict[str, Any], default_name: str = "run") -> Config:
         Config, raw, "", hint_overrides={"algo_params": algorithm.params_type}
     )
     algorithm.check_params(config.algo_params)
+    if refuse_unread_settings:
+        refuse_unread(config.algo_params)
     check_env_kwargs(config.env.kwargs, "env.kwargs")
     for index, wrapper in enumerate(config.env.wrappers):
         check_plain_data(wrapper.kwargs, f"env.wrappers[{index}].kwargs")

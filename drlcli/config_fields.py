@@ -32,25 +32,42 @@ def one_of(*options: str) -> dict[str, Any]:
     return {"choices": options}
 
 
-def refuse_unread(params: Any, name: str, read: bool, read_with: str) -> None:
-    """A setting that only another makes read, given a value other than its default where
-    nothing reads it: training would ignore it in silence, so it is refused. Its default's
-    value stays accepted (a stored config holds every field).
+def read_only_with(setting: str, value: Any) -> dict[str, Any]:
+    """A field read only when the params' ``setting`` is ``value`` (``unread_settings``)."""
+    return {"read_only_with": (setting, value)}
 
-    Args:
-        params: an algorithm's params dataclass.
-        name: the field.
-        read: whether this config reads it.
-        read_with: the setting that makes it read, as the user writes it.
+
+def read_condition(setting: str, value: Any) -> str:
+    """``setting: value`` as a config writes it (``normalize_rewards: true``)."""
+    return f"{setting}: {str(value).lower() if isinstance(value, bool) else value}"
+
+
+def unread_settings(params: Any) -> list[tuple[str, str, Any]]:
+    """The fields of ``params`` (an algorithm's params dataclass) given a value other than
+    their default that the other settings leave unread (``read_only_with``), each as
+    ``(name, setting, value that makes it read)``. The default's value never counts: a stored
+    config holds every field."""
+    unread = []
+    for spec in dataclasses.fields(params):
+        condition = spec.metadata.get("read_only_with")
+        if condition is None:
+            continue
+        setting, wanted = condition
+        if getattr(params, setting) != wanted and getattr(params, spec.name) != spec.default:
+            unread.append((spec.name, setting, wanted))
+    return unread
+
+
+def refuse_unread(params: Any) -> None:
+    """Training would ignore a setting that nothing reads, in silence: refuse the first.
 
     Raises:
-        ConfigError: ``algo_params.NAME: VALUE is read only with READ_WITH; ...``.
+        ConfigError: ``algo_params.NAME: VALUE is read only with SETTING: VALUE; ...``.
     """
-    value = getattr(params, name)
-    (spec,) = (field for field in dataclasses.fields(params) if field.name == name)
-    if not read and value != spec.default:
+    for name, setting, wanted in unread_settings(params):
         raise ConfigError(
-            f"algo_params.{name}: {value} is read only with {read_with}; set that, or remove {name}"
+            f"algo_params.{name}: {getattr(params, name)} is read only with "
+            f"{read_condition(setting, wanted)}; set that, or remove {name}"
         )
 
 

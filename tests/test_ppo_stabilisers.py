@@ -290,6 +290,11 @@ def test_an_actor_whose_log_prob_is_of_a_transformed_action_refuses_rpo(monkeypa
             "set that, or remove desired_kl",
         ),
         (
+            {"learning_rate_schedule": "adaptive_kl", "anneal_learning_rate": False},
+            "algo_params.anneal_learning_rate: False is read only with learning_rate_schedule: "
+            "anneal; set that, or remove anneal_learning_rate",
+        ),
+        (
             {"normalize_observations": False, "observation_warmup_steps": 64},
             "algo_params.observation_warmup_steps: 64 is read only with normalize_observations",
         ),

@@ -348,6 +348,43 @@ def test_past_the_combinations_it_checks_each_searched_value_alone(files, monkey
     assert len(tune_runner.prepare_search(config, space).dimensions) == 2
 
 
+def test_a_searched_setting_that_some_trials_do_not_read_is_left_out_of_theirs(files, tmp_path):
+    """desired_kl is read only under adaptive_kl, anneal_learning_rate only under anneal: a
+    space that searches the schedule with desired_kl is accepted, and each trial's config (and
+    so a winner's) holds only what that trial reads, which drl train takes; a setting no trial
+    could read is refused."""
+    from drlcli.tune.runner import prepare_search
+
+    config, space = files
+    config.write_text(
+        config.read_text().replace("num_epochs: 2", "num_epochs: 2, anneal_learning_rate: false")
+    )
+    space.write_text(
+        "space:\n  algo_params.learning_rate_schedule: {choice: [anneal, adaptive_kl]}\n"
+        "  algo_params.desired_kl: {choice: [0.005, 0.02]}\n"
+    )
+    plan = prepare_search(config, space)
+    folder = tmp_path / "search_x" / "trials" / "trial_001"
+    anneal = plan.trial_config(
+        {"algo_params.learning_rate_schedule": "anneal", "algo_params.desired_kl": 0.02}, folder, 3
+    ).algo_params
+    assert (anneal.desired_kl, anneal.anneal_learning_rate) == (0.01, False)
+    adaptive = plan.trial_config(
+        {"algo_params.learning_rate_schedule": "adaptive_kl", "algo_params.desired_kl": 0.02},
+        folder,
+        3,
+    ).algo_params
+    assert (adaptive.desired_kl, adaptive.anneal_learning_rate) == (0.02, True)
+    space.write_text("space:\n  algo_params.desired_kl: {choice: [0.005, 0.02]}\n")
+    with pytest.raises(ConfigError) as refused:
+        prepare_search(config, space)
+    assert str(refused.value) == (
+        f"{space}: space.algo_params.desired_kl: read only with "
+        "algo_params.learning_rate_schedule: adaptive_kl, which neither the config nor the "
+        "space gives any trial; set it in the config, or search it too"
+    )
+
+
 def test_pbt_keeps_perturbed_values_in_their_ranges():
     from drlcli.tune.runner import clip_to_space
 

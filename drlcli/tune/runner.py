@@ -38,7 +38,13 @@ from drlcli.tune.search import (
     write_results_csv,
 )
 from drlcli.tune.settings import parse_search_settings
-from drlcli.tune.space import checked_values, parse_space, read_space_file, with_values
+from drlcli.tune.space import (
+    checked_values,
+    parse_space,
+    read_space_file,
+    with_values,
+    without_unread,
+)
 
 
 @dataclass(frozen=True)
@@ -210,7 +216,9 @@ def check_resumable_dimensions(base: dict[str, Any], config: Any, dimensions: An
             )
         ends = dimension.values if dimension.kind == "choice" else (dimension.low, dimension.high)
         for value in ends:
-            varied = config_from_dict(with_values(base, {dimension.key: value}))
+            varied = config_from_dict(
+                with_values(base, {dimension.key: value}), refuse_unread_settings=False
+            )
             probed = probe_actor(algorithm, varied, facts)
             changed = [
                 what
@@ -335,7 +343,9 @@ def run_search(
         candidates = _retrain(plan, ranked[: settings.retrain_top], folder, resources, quiet)
     winner_values = candidates[0].values if candidates else ranked[0][2]
     winner_yaml = folder / "winner.yaml"
-    winner = with_values(plan.base, {**winner_values, "name": f"{plan.base['name']}_tuned"})
+    winner = without_unread(
+        with_values(plan.base, {**winner_values, "name": f"{plan.base['name']}_tuned"})
+    )
     winner_yaml.write_text(
         "# drl tune's winner: drl train "
         + str(winner_yaml)

@@ -32,7 +32,7 @@ from drlcli.config import Config, config_from_dict
 from drlcli.errors import TrainingError
 from drlcli.seed_statistics import aggregate
 from drlcli.tune.settings import SearchSettings, search_seeds
-from drlcli.tune.space import Dimension, with_values
+from drlcli.tune.space import Dimension, with_values, without_unread
 
 OBJECTIVE = "objective"  # the metric every trial reports and the search maximises
 CHECKPOINT_FILE = "model.pt"  # in a Ray Tune checkpoint: the trial's drl checkpoint
@@ -67,7 +67,7 @@ class TrialPlan:
     ) -> Config:
         """The config of one trial's run on ``seed``: the searched ``values`` set, writing into
         the trial's ``folder`` (``folder / part`` for one of several seeds)."""
-        raw = with_values(self.base, values)
+        raw = without_unread(with_values(self.base, values))
         raw.pop("metrics_path", None)
         raw.update(
             name="trial",

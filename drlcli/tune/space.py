@@ -29,7 +29,7 @@ from typing import Any
 
 from drlcli.algos.registry import get_algorithm
 from drlcli.config import Config, closest_name, config_from_dict, read_yaml_mapping
-from drlcli.config_fields import describe_value
+from drlcli.config_fields import describe_value, read_condition, unread_settings
 from drlcli.errors import ConfigError
 
 # Keys a search sets itself (each trial's name, folder and seed; the budget is the search's).
@@ -94,11 +94,47 @@ def parse_space(raw: Any, base: Mapping[str, Any], where: str = "space") -> list
         dimension = _parse_distribution(key, spec, field_type, path)
         for value in checked_values(dimension):
             try:
-                config_from_dict(with_values(base, {key: value}), default_name="trial")
+                config_from_dict(
+                    with_values(base, {key: value}),
+                    default_name="trial",
+                    refuse_unread_settings=False,
+                )
             except ConfigError as error:
                 raise ConfigError(f"{path}: {describe_value(value)} is refused: {error}") from None
         dimensions.append(dimension)
+    _check_each_is_read(dimensions, base, algorithm.params_type, where)
     return dimensions
+
+
+def _check_each_is_read(
+    dimensions: list[Dimension], base: Mapping[str, Any], params_type: type, where: str
+) -> None:
+    """A searched setting read only under another's value (``read_only_with``) needs the
+    config or the space to give that value, or no trial would read it.
+
+    Raises:
+        ConfigError: ``space.KEY: read only with SETTING: VALUE, which ...``.
+    """
+    params = config_from_dict(dict(base), refuse_unread_settings=False).algo_params
+    searched = {d.key: checked_values(d) for d in dimensions}
+    conditions = {
+        spec.name: spec.metadata["read_only_with"]
+        for spec in dataclasses.fields(params_type)
+        if "read_only_with" in spec.metadata
+    }
+    for key in searched:
+        name = key.removeprefix("algo_params.")
+        if not key.startswith("algo_params.") or name not in conditions:
+            continue
+        setting, wanted = conditions[name]
+        if getattr(params, setting) != wanted and wanted not in searched.get(
+            f"algo_params.{setting}", ()
+        ):
+            raise ConfigError(
+                f"{where}.{key}: read only with algo_params.{read_condition(setting, wanted)}, "
+                "which neither the config nor the space gives any trial; set it in the config, "
+                "or search it too"
+            )
 
 
 def with_values(base: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
@@ -115,6 +151,16 @@ def with_values(base: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str,
             node = child
         node[leaf] = list(value) if isinstance(value, tuple) else value
     return config
+
+
+def without_unread(raw: dict[str, Any]) -> dict[str, Any]:
+    """The plain config ``raw`` less the ``algo_params`` settings its others leave unread
+    (``desired_kl`` in a trial of the ``anneal`` schedule): what a trial trains and a winner's
+    config holds, so that ``drl train`` takes either."""
+    config = config_from_dict(raw, default_name="trial", refuse_unread_settings=False)
+    for name, _, _ in unread_settings(config.algo_params):
+        raw["algo_params"].pop(name, None)
+    return raw
 
 
 def read_space_file(path: str | Path) -> dict[str, Any]:

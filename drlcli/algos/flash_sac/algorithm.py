@@ -10,7 +10,6 @@ from drlcli.actors.spec import ActorSpec, check_actor_config
 from drlcli.algos.entry_types import LearnerContext
 from drlcli.algos.flash_sac.cuda_graph import FLASH_SAC_BUILDER, resolve_cuda_graph
 from drlcli.algos.flash_sac.params import FlashSACParams
-from drlcli.config_fields import refuse_unread
 from drlcli.errors import ConfigError
 from drlcli.off_policy.entry import Critics, soft_actor_critic_entry
 
@@ -36,9 +35,6 @@ def flash_sac_actor_spec(
 
 def check_params(params: FlashSACParams) -> None:
     """The rules that need no hardware knowledge, at config load."""
-    refuse_unread(
-        params, "normalized_return_max", params.normalize_rewards, "normalize_rewards: true"
-    )
     if params.v_min >= params.v_max:
         raise ConfigError(
             f"algo_params.v_min: must be below v_max ({params.v_min} >= {params.v_max})"

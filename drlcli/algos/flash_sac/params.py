@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from drlcli.actors.spec import ActorConfig
-from drlcli.config_fields import in_range, positive
+from drlcli.config_fields import in_range, positive, read_only_with
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,10 @@ class FlashSACParams:
     """Actor and temperature step once every this many critic updates."""
     normalize_rewards: bool = True
     """Scale rewards so discounted returns fit the critic's support."""
-    normalized_return_max: float = field(default=5.0, metadata=in_range(0.0, low_open=True))
+    normalized_return_max: float = field(
+        default=5.0,
+        metadata={**in_range(0.0, low_open=True), **read_only_with("normalize_rewards", True)},
+    )
     """G_max: the largest discounted return magnitude after scaling."""
     noise_zeta_mu: float = field(default=2.0, metadata=in_range(0.0, low_open=True))
     """Exponent of the zeta distribution of exploration-noise hold lengths."""

@@ -10,7 +10,6 @@ from drlcli.actors.recurrent_layout import core_of, core_of_kwargs, describe_cor
 from drlcli.actors.spec import RECURRENT_GAUSSIAN_BUILDER, ActorSpec
 from drlcli.algos.entry_types import Algorithm, MemoryNeed, PPORounds, RoundShape, RunShape
 from drlcli.algos.ppo.params import STABILISERS, PPOParams
-from drlcli.config_fields import refuse_unread
 from drlcli.errors import ConfigError
 from drlcli.normalization import reward_scaler_state_problem
 
@@ -159,10 +158,7 @@ def check_params(params: PPOParams) -> None:
     """The rules between PPO's settings.
 
     Raises:
-        ConfigError: ``recompute_advantages_per_epoch`` with a recurrent core; a setting that
-            only another setting makes read (``desired_kl`` without ``learning_rate_schedule:
-            adaptive_kl``, ``observation_warmup_steps`` without ``normalize_observations``)
-            given a value of its own, which training would ignore.
+        ConfigError: ``recompute_advantages_per_epoch`` with a recurrent core.
     """
     if params.recompute_advantages_per_epoch and params.recurrent is not None:
         raise ConfigError(
@@ -170,14 +166,6 @@ def check_params(params: PPOParams) -> None:
             "only (a recurrent critic's values depend on the whole sequence); remove it or "
             "algo_params.recurrent"
         )
-    adaptive = params.learning_rate_schedule == "adaptive_kl"
-    refuse_unread(params, "desired_kl", adaptive, "learning_rate_schedule: adaptive_kl")
-    refuse_unread(
-        params,
-        "observation_warmup_steps",
-        params.normalize_observations,
-        "normalize_observations: true",
-    )
 
 
 def check_round(params: PPOParams, shape: RoundShape) -> None:

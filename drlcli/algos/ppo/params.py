@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from drlcli.actors.recurrent_layout import CELLS
-from drlcli.config_fields import in_range, one_of, positive
+from drlcli.config_fields import in_range, one_of, positive, read_only_with
 from drlcli.normalization import DEFAULT_OBSERVATION_CLIP
 
 LEARNING_RATE_SCHEDULES = ("anneal", "adaptive_kl")
@@ -57,7 +57,9 @@ class PPOParams:
 
     learning_rate: float = field(default=3e-4, metadata=in_range(0.0, low_open=True))
     """Adam step size at the start of the run."""
-    anneal_learning_rate: bool = True
+    anneal_learning_rate: bool = field(
+        default=True, metadata=read_only_with("learning_rate_schedule", "anneal")
+    )
     """Decay the learning rate linearly to 0 over ``total_env_steps`` (the ``anneal``
     schedule; false: constant)."""
     learning_rate_schedule: str = field(default="anneal", metadata=one_of(*LEARNING_RATE_SCHEDULES))
@@ -66,7 +68,13 @@ class PPOParams:
     the minibatch's approximate KL exceeds ``2 * desired_kl`` and multiply it by 1.5 where it is
     under ``desired_kl / 2``, within [1e-5, 1e-2] (rsl_rl's ``schedule: adaptive``); the step
     size is in the optimiser's checkpointed state."""
-    desired_kl: float = field(default=0.01, metadata=in_range(0.0, low_open=True))
+    desired_kl: float = field(
+        default=0.01,
+        metadata={
+            **in_range(0.0, low_open=True),
+            **read_only_with("learning_rate_schedule", "adaptive_kl"),
+        },
+    )
     """The KL the ``adaptive_kl`` schedule steers each minibatch's update to."""
     num_epochs: int = field(default=10, metadata=positive())
     """Passes over each round's data (K in the paper)."""
@@ -114,7 +122,9 @@ class PPOParams:
     false: every epoch reads the advantages of sampling time."""
     normalize_observations: bool = True
     """Standardise observations with running statistics merged across rollout actors."""
-    observation_warmup_steps: int | None = field(default=None, metadata=positive())
+    observation_warmup_steps: int | None = field(
+        default=None, metadata={**positive(), **read_only_with("normalize_observations", True)}
+    )
     """Steps of every environment under uniformly random actions before the first round, whose
     observation moments start the statistics (then the environments reset); null: one
     ``rollout_length``. Only with ``normalize_observations``, only on a fresh run."""

@@ -9,7 +9,6 @@ from typing import Any
 from drlcli.actors.spec import ActorSpec, check_actor_config
 from drlcli.algos.entry_types import LearnerContext
 from drlcli.algos.sac.params import SACParams
-from drlcli.config_fields import refuse_unread
 from drlcli.off_policy.entry import Critics, soft_actor_critic_entry
 
 SAC_BUILDER = "drlcli.algos.sac.actor:build_sac_actor"
@@ -32,19 +31,6 @@ def sac_actor_spec(
 
 
 def check_params(params: SACParams) -> None:
-    """The rules between SAC's settings, at config load.
-
-    Raises:
-        ConfigError: a bad custom actor config; a setting that nothing reads under the others
-            (``target_entropy_scale`` without ``autotune_temperature``,
-            ``normalized_return_max`` without ``normalize_rewards``) given its own value.
-    """
-    refuse_unread(
-        params, "target_entropy_scale", params.autotune_temperature, "autotune_temperature: true"
-    )
-    refuse_unread(
-        params, "normalized_return_max", params.normalize_rewards, "normalize_rewards: true"
-    )
     if params.actor_config is not None:
         check_actor_config(params.actor_config)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from drlcli.actors.spec import ActorConfig
-from drlcli.config_fields import in_range, positive
+from drlcli.config_fields import in_range, positive, read_only_with
 
 
 @dataclass(frozen=True)
@@ -41,12 +41,17 @@ class SACParams:
     """Learn alpha towards the entropy target; false: alpha stays ``initial_temperature``."""
     initial_temperature: float = field(default=1.0, metadata=in_range(0.0, low_open=True))
     """Entropy temperature alpha at the start."""
-    target_entropy_scale: float = 1.0
+    target_entropy_scale: float = field(
+        default=1.0, metadata=read_only_with("autotune_temperature", True)
+    )
     """The entropy target is ``-target_entropy_scale * action_dim`` for actions in [-1, 1]
     (plus ``sum log range_i`` on other bounds: the same target on the rescaled actions)."""
     normalize_rewards: bool = False
     """Scale replayed rewards so discounted returns stay within ``normalized_return_max``."""
-    normalized_return_max: float = field(default=10.0, metadata=in_range(0.0, low_open=True))
+    normalized_return_max: float = field(
+        default=10.0,
+        metadata={**in_range(0.0, low_open=True), **read_only_with("normalize_rewards", True)},
+    )
     """The largest discounted return magnitude after scaling (with ``normalize_rewards``)."""
     actor_config: ActorConfig | None = None
     """A custom policy actor instead of the built-in one; null: built-in."""
