@@ -466,7 +466,9 @@ def _checkpoint_config(checkpoint: Path) -> Any:
     from drlcli.config import config_from_dict
 
     try:
-        return config_from_dict(load_payload(checkpoint)["config"])
+        # As the checkpoint stores it: a run from before unread settings were refused loads too.
+        stored = load_payload(checkpoint)["config"]
+        return config_from_dict(stored, refuse_unread_settings=False)
     except Exception:
         return None
 
