@@ -10,8 +10,11 @@ A space file maps dotted config keys to one distribution each::
 
 Everything is checked before any trial starts, against the config the search starts from: an
 unknown key, a key the search itself sets, a range on a field that is not a number, an empty
-choice, ``low >= high``, a log range that reaches 0, and each end or choice that the field
-itself refuses (``gamma: {uniform: [0.9, 1.5]}``) are one-line ``ConfigError``s naming the key.
+choice, ``low >= high``, a log range that reaches 0, each end or choice that the field
+itself refuses (``gamma: {uniform: [0.9, 1.5]}``), and a setting read only under a value that
+neither the config nor the space gives (``desired_kl`` without ``adaptive_kl``) are one-line
+``ConfigError``s naming the key. A trial's config leaves out what that trial does not read
+(``without_unread``).
 Pure: no Ray, no torch.
 """
 
