@@ -42,20 +42,27 @@ def read_condition(setting: str, value: Any) -> str:
     return f"{setting}: {str(value).lower() if isinstance(value, bool) else value}"
 
 
+def read_conditions(params_type: Any) -> dict[str, tuple[str, Any]]:
+    """Each field of a params dataclass (type or instance) declared ``read_only_with``: its
+    name -> ``(setting, value that makes it read)``."""
+    return {
+        spec.name: spec.metadata["read_only_with"]
+        for spec in dataclasses.fields(params_type)
+        if "read_only_with" in spec.metadata
+    }
+
+
 def unread_settings(params: Any) -> list[tuple[str, str, Any]]:
     """The fields of ``params`` (an algorithm's params dataclass) given a value other than
     their default that the other settings leave unread (``read_only_with``), each as
     ``(name, setting, value that makes it read)``. The default's value never counts: a stored
     config holds every field."""
-    unread = []
-    for spec in dataclasses.fields(params):
-        condition = spec.metadata.get("read_only_with")
-        if condition is None:
-            continue
-        setting, wanted = condition
-        if getattr(params, setting) != wanted and getattr(params, spec.name) != spec.default:
-            unread.append((spec.name, setting, wanted))
-    return unread
+    defaults = {spec.name: spec.default for spec in dataclasses.fields(params)}
+    return [
+        (name, setting, wanted)
+        for name, (setting, wanted) in read_conditions(params).items()
+        if getattr(params, setting) != wanted and getattr(params, name) != defaults[name]
+    ]
 
 
 def refuse_unread(params: Any) -> None:

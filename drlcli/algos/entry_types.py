@@ -72,6 +72,18 @@ class RoundShape:
     num_actors: int
     num_learners: int
 
+    @classmethod
+    def of(cls, config: Any, topology: Any, **sizes: int) -> Any:
+        """A ``Config``'s round under its resolved ``TrainingTopology`` (``RunShape.of`` takes
+        the task's ``obs_dim`` and ``action_dim`` too)."""
+        return cls(
+            num_envs=config.env.num_envs,
+            rollout_length=config.rollout_length,
+            num_actors=topology.num_actors,
+            num_learners=topology.num_learners,
+            **sizes,
+        )
+
 
 @dataclass(frozen=True)
 class RunShape(RoundShape):

@@ -99,14 +99,7 @@ def preflight(
         else load_for_resume(Path(resume), config, actor.semantics, facts, actor.tensor_shapes)
     )
     replay_file = _replay_file(algorithm, config, resume, resume_replay, stored)
-    shape = RunShape(
-        num_envs=config.env.num_envs,
-        rollout_length=config.rollout_length,
-        num_actors=topology.num_actors,
-        num_learners=topology.num_learners,
-        obs_dim=facts.obs_dim,
-        action_dim=facts.action_dim,
-    )
+    shape = RunShape.of(config, topology, obs_dim=facts.obs_dim, action_dim=facts.action_dim)
     algorithm.check_round(config.algo_params, shape)
     if not on_cluster:  # a cluster's learners and rollout actors may run on other machines
         needs = run_memory_needs(algorithm, config.algo_params, shape, actor.parameter_bytes)

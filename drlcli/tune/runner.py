@@ -24,11 +24,12 @@ from drlcli.config import config_from_dict, read_yaml_mapping
 from drlcli.errors import ConfigError, SearchInterrupted, TrainingError, UsageError
 from drlcli.metrics.runs import SEARCH_FILE
 from drlcli.seed_statistics import Interval, bootstrap_interval, interquartile_mean
-from drlcli.topology import AvailableDevices, topology_for_config
+from drlcli.topology import topology_for_config
 from drlcli.tune.search import (
     EXPLOITS_FILE,
     OBJECTIVE,
     PRIMITIVE,
+    TRIAL_DEVICES,
     TrialPlan,
     decode_values,
     plan_trials,
@@ -158,7 +159,6 @@ def check_trial_shapes(plan: TrialPlan, config_path: Path, space_path: Path) -> 
         ConfigError: ``CONFIG: <the rule>`` for the config's own trial, ``SPACE: space: a trial
             with KEY VALUE, ...: is refused: <the rule>`` for another.
     """
-    algorithm = get_algorithm(plan.trial_config({}, Path("trial"), 0).algo)
     values = [[(d.key, value) for value in checked_values(d)] for d in plan.dimensions]
     if math.prod(len(each) for each in values) <= TRIAL_CORNERS_CHECKED:
         combinations = [dict(combination) for combination in itertools.product(*values)]
@@ -167,14 +167,8 @@ def check_trial_shapes(plan: TrialPlan, config_path: Path, space_path: Path) -> 
     for combination in [{}, *combinations]:
         trial = plan.trial_config(combination, Path("trial"), 0)
         try:
-            topology = topology_for_config(trial, AvailableDevices(cuda_devices=0, mps=False))
-            shape = RoundShape(
-                trial.env.num_envs,
-                trial.rollout_length,
-                topology.num_actors,
-                topology.num_learners,
-            )
-            algorithm.check_round(trial.algo_params, shape)
+            shape = RoundShape.of(trial, topology_for_config(trial, TRIAL_DEVICES))
+            get_algorithm(trial.algo).check_round(trial.algo_params, shape)
         except ConfigError as error:
             if not combination:
                 raise ConfigError(f"{config_path}: {error}") from None

@@ -31,9 +31,12 @@ from rich.console import Console
 from drlcli.config import Config, config_from_dict
 from drlcli.errors import TrainingError
 from drlcli.seed_statistics import aggregate
+from drlcli.topology import AvailableDevices
 from drlcli.tune.settings import SearchSettings, search_seeds
 from drlcli.tune.space import Dimension, with_values, without_unread
 
+TRIAL_DEVICES = AvailableDevices(cuda_devices=0, mps=False)
+"""Trials train on CPU: what every trial's topology is resolved for."""
 OBJECTIVE = "objective"  # the metric every trial reports and the search maximises
 CHECKPOINT_FILE = "model.pt"  # in a Ray Tune checkpoint: the trial's drl checkpoint
 RETURNS_FILE = "evaluation_returns.json"  # ... its evaluation returns so far
@@ -459,7 +462,6 @@ def train_seeds(
     than one side by side, each in a thread. The first error of a seed (or Ray Tune's stop,
     raised in the seed that reported) stops the others and is raised here once all ended."""
     from drlcli.runtime.training import train
-    from drlcli.topology import AvailableDevices
 
     errors: list[BaseException | None] = [None] * len(configs)
 
@@ -472,7 +474,7 @@ def train_seeds(
                     resume=resumes[index],
                     quiet=True,
                     console=Console(file=devnull),
-                    devices=AvailableDevices(cuda_devices=0, mps=False),
+                    devices=TRIAL_DEVICES,
                     metrics_sinks=[reporter],
                     concurrent_runs=len(configs),
                     evaluations_in_next_row=True,

@@ -32,7 +32,12 @@ from typing import Any
 
 from drlcli.algos.registry import get_algorithm
 from drlcli.config import Config, closest_name, config_from_dict, read_yaml_mapping
-from drlcli.config_fields import describe_value, read_condition, unread_settings
+from drlcli.config_fields import (
+    describe_value,
+    read_condition,
+    read_conditions,
+    unread_settings,
+)
 from drlcli.errors import ConfigError
 
 # Keys a search sets itself (each trial's name, folder and seed; the budget is the search's).
@@ -120,11 +125,7 @@ def _check_each_is_read(
     """
     params = config_from_dict(dict(base), refuse_unread_settings=False).algo_params
     searched = {d.key: checked_values(d) for d in dimensions}
-    conditions = {
-        spec.name: spec.metadata["read_only_with"]
-        for spec in dataclasses.fields(params_type)
-        if "read_only_with" in spec.metadata
-    }
+    conditions = read_conditions(params_type)
     for key in searched:
         name = key.removeprefix("algo_params.")
         if not key.startswith("algo_params.") or name not in conditions:
