@@ -12,7 +12,8 @@ from torch import nn
 from drlcli.actors.gaussian import GaussianPolicyActor
 from drlcli.algos.ppo.algorithm import gaussian_actor_spec
 from drlcli.algos.ppo.closed_form import ClosedFormGradients, DenseNetwork
-from drlcli.algos.ppo.learner import Learner, ppo_loss
+from drlcli.algos.ppo.learner import Learner
+from drlcli.algos.ppo.maths import ppo_loss
 from drlcli.algos.ppo.networks import ValueNetwork
 from drlcli.algos.ppo.params import PPOParams
 

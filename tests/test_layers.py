@@ -249,3 +249,9 @@ def test_no_function_of_the_runtime_takes_more_than_eight_parameters():
                 if len(names) > 8:
                     crowded.append(f"{path.name}:{node.lineno} {node.name} ({len(names)})")
     assert crowded == []
+
+
+def test_ppos_maths_is_pure():
+    """Every formula of the PPO update lives in ``algos/ppo/maths.py``, which reads its
+    hyper-parameters and nothing else of drl: no learner, no runtime, no I/O."""
+    assert import_graph()["drlcli.algos.ppo.maths"] == {"drlcli.algos.ppo.params"}

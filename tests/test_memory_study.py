@@ -16,7 +16,7 @@ from tests.conftest import REPO_ROOT
 sys.path.insert(0, str(REPO_ROOT / "scripts" / "bench"))
 import memory_study  # noqa: E402
 
-from drlcli.algos.ppo.learner import value_loss  # noqa: E402
+from drlcli.algos.ppo.maths import value_loss  # noqa: E402
 from drlcli.preset_catalog import find_preset  # noqa: E402
 
 

@@ -11,7 +11,8 @@ import torch
 
 from drlcli.algos.ppo.algorithm import gaussian_actor_spec
 from drlcli.algos.ppo.buffer import ReplayBuffer
-from drlcli.algos.ppo.learner import Learner, approx_kl
+from drlcli.algos.ppo.learner import Learner
+from drlcli.algos.ppo.maths import approx_kl, clip_fraction, explained_variance
 from drlcli.algos.ppo.params import PPOParams
 from drlcli.config import EnvConfig
 from drlcli.envs import EnvBatch
@@ -188,7 +189,7 @@ def test_train_step_moves_the_parameters_down_the_ppo_loss(rollout_actor, closed
     """One full-batch step with a small learning rate lowers the PPO loss of that batch (its
     clipped surrogate, value and entropy terms together): a step up the gradient, or one that
     does not move, fails."""
-    from drlcli.algos.ppo.learner import ppo_loss, standardize_advantages
+    from drlcli.algos.ppo.maths import ppo_loss, standardize_advantages
 
     params = dataclasses.replace(
         PARAMS, num_epochs=1, num_minibatches=1, learning_rate=1e-3, anneal_learning_rate=False
@@ -255,7 +256,7 @@ def test_non_finite_data_fails_with_a_training_error(rollout_actor, learner):
 
 def _loss(**overrides):
     """ppo_loss on a two-sample batch whose ratio is 1 (new log-prob == old)."""
-    from drlcli.algos.ppo.learner import ppo_loss
+    from drlcli.algos.ppo.maths import ppo_loss
 
     inputs = {
         "new_logprob": torch.tensor([-1.0, -2.0]),
@@ -471,6 +472,23 @@ def test_approx_kl_is_the_k3_estimator():
     assert approx_kl(logratio) == pytest.approx(0.25)
     assert approx_kl(torch.tensor(logratio)) == pytest.approx(0.25)
     assert approx_kl(np.zeros(3)) == 0.0
+
+
+def test_clip_fraction_counts_the_ratios_outside_the_clip_range():
+    # ratios 1, 1.3, 0.7, 1.1 with eps 0.2: 1.3 and 0.7 lie outside [0.8, 1.2]
+    logratio = torch.log(torch.tensor([1.0, 1.3, 0.7, 1.1]))
+    assert clip_fraction(logratio, 0.2) == 0.5
+    assert clip_fraction(logratio, 0.35) == 0.0
+
+
+def test_explained_variance_by_hand():
+    returns = torch.tensor([1.0, 2.0, 4.0, 7.0])
+    assert explained_variance(returns.clone(), returns) == 1.0
+    assert explained_variance(torch.full((4,), 100.0), returns) == pytest.approx(0.0, abs=1e-6)
+    # residuals 1, -1, 1, -1: Var 4/3 against Var[R] = 7 (unbiased, both)
+    predicted = returns - torch.tensor([1.0, -1.0, 1.0, -1.0])
+    assert explained_variance(predicted, returns) == pytest.approx(1 - (4 / 3) / 7)
+    assert np.isnan(explained_variance(returns, torch.full((4,), 3.0)))
 
 
 def test_the_reported_kl_clip_fraction_and_explained_variance_are_those_of_the_new_policy(
@@ -918,7 +936,7 @@ def test_rollout_actor_states_hold_their_keys_and_load_discounted_returns_as_flo
 
 
 def test_advantages_of_a_tiny_spread_are_standardised_by_std_plus_epsilon():
-    from drlcli.algos.ppo.learner import standardize_advantages
+    from drlcli.algos.ppo.maths import standardize_advantages
 
     # std (unbiased) = sqrt(2) * 1e-8: (A - mean) / (std + 1e-8) = +-1 / (sqrt(2) + 1).
     standardised = standardize_advantages(torch.tensor([0.0, 2e-8], dtype=torch.float64))

@@ -15,10 +15,11 @@ import torch
 from drlcli.actors.gaussian import policy_output_layer
 from drlcli.actors.spec import ActorSpec, build_policy_actor
 from drlcli.algos.ppo.algorithm import check_actor, gaussian_actor_spec
-from drlcli.algos.ppo.learner import (
-    Learner,
+from drlcli.algos.ppo.learner import Learner
+from drlcli.algos.ppo.maths import (
     adapted_learning_rate,
     approx_kl,
+    compute_gae,
     rpo_shifted_actions,
 )
 from drlcli.algos.ppo.networks import ReturnStatistics, build_value_network
@@ -27,7 +28,6 @@ from drlcli.algos.ppo.round_steps import STEP_COLUMNS, RoundSteps, rollout_shape
 from drlcli.algos.registry import get_algorithm
 from drlcli.config import config_from_dict
 from drlcli.errors import ConfigError, PolicyActorContractError
-from drlcli.rollout import compute_gae
 from drlcli.runtime.preflight import resume_ignored_changes
 
 OBS_DIM, ACTION_DIM, ROWS = 5, 2, 64

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from drlcli.algos.ppo.algorithm import gaussian_actor_spec
-from drlcli.algos.ppo.learner import Learner, time_major
+from drlcli.algos.ppo.learner import Learner
 from drlcli.algos.ppo.params import PPOParams, RecurrentParams
-from drlcli.algos.ppo.sequences import cut_into_chunks
+from drlcli.algos.ppo.sequences import cut_into_chunks, time_major
 from drlcli.config import EnvConfig
 from drlcli.envs import make_env
 from drlcli.errors import CheckpointError
@@ -178,7 +178,8 @@ def test_the_value_networks_thread_writes_the_gradient_of_the_whole_loss(cell, c
     """The update runs the value network's forward and backward on a second thread: its
     gradients, the policy's and the stats are those of ``ppo_loss(...).backward()`` on one
     thread, bit for bit, and an error on either side is raised with no thread left writing."""
-    from drlcli.algos.ppo.learner import ppo_loss, sequence_steps
+    from drlcli.algos.ppo.maths import ppo_loss
+    from drlcli.algos.ppo.sequences import sequence_steps
 
     params = recurrent_params(cell, 4, clip_value_loss=clip_value_loss, ent_coef=0.01)
     learner = learner_of(params)

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from drlcli.rollout import compute_gae, prepare_action
+from drlcli.algos.ppo.maths import compute_gae
+from drlcli.rollout import prepare_action
 
 
 def test_out_of_bounds_sample_keeps_its_log_prob_and_only_env_action_is_clipped():

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from drlcli.actors.recurrent import RecurrentCore
-from drlcli.algos.ppo.sequences import cut_into_chunks, masked_mean, standardize_masked
+from drlcli.algos.ppo.maths import masked_mean, standardize_masked
+from drlcli.algos.ppo.sequences import cut_into_chunks
 
 
 def test_a_rollout_is_cut_per_env_at_episode_starts_and_every_max_length_steps():

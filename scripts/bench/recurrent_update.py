@@ -24,8 +24,10 @@ import numpy as np
 import torch
 
 from drlcli.algos.ppo.algorithm import gaussian_actor_spec
-from drlcli.algos.ppo.learner import Learner, ppo_loss, sequence_steps
+from drlcli.algos.ppo.learner import Learner
+from drlcli.algos.ppo.maths import ppo_loss
 from drlcli.algos.ppo.params import PPOParams, RecurrentParams
+from drlcli.algos.ppo.sequences import sequence_steps
 
 STEPS, ENVS, OBS, ACTIONS = 512, 4, 2, 1
 

@@ -11,7 +11,7 @@ respect to the policy mean, log-std and value (``ppo_output_gradients``), and on
 per network that writes every gradient into the parameters' ``.grad`` memory. The rollout actor
 samples with the same forward pass (``DenseNetwork``), so the first PPO ratio of a round is 1.
 
-The maths is ``ppo_loss`` of ``learner.py``, unchanged (Method.md, "The update, written out");
+The maths is ``ppo_loss`` of ``maths.py``, unchanged (Method.md, "The update, written out");
 tests check these gradients against autograd's. Custom policy actors, and built-in networks of
 any other shape, use autograd.
 """

@@ -1,11 +1,11 @@
-"""The PPO learner: owns ``learner.actor`` (the policy actor), the value network and the optimiser.
+"""The PPO learner: the stateful shell around ``maths.py``, which holds every formula.
 
-``train_step`` is the whole PPO update (Schulman et al. 2017, Algorithm 1 with the clipped
-surrogate objective L^CLIP, value loss L^VF and entropy bonus S):
-
-    L(theta) = E[ min(r_t(theta) A_t, clip(r_t(theta), 1 - eps, 1 + eps) A_t) ]
-               - c1 * L^VF + c2 * S[pi_theta]
-    r_t(theta) = pi_theta(a_t | s_t) / pi_theta_old(a_t | s_t)
+It owns ``learner.actor`` (the policy actor), the value network and the optimiser.
+``train_step`` is the whole PPO update (Schulman et al. 2017, Algorithm 1): the round's
+advantages standardised, then for each of ``num_epochs`` a shuffled pass over the round in
+``num_minibatches`` minibatches, each one the gradient of ``maths.ppo_loss`` (in closed form
+for the built-in networks, ``closed_form.py``; a recurrent policy's chunks through its fused
+cores), the global gradient-norm clip and one Adam step; ``target_kl`` stops early.
 """
 
 from __future__ import annotations
@@ -22,149 +22,28 @@ from drlcli.actors.gaussian import policy_output_layer
 from drlcli.actors.spec import ActorSpec, build_policy_actor
 from drlcli.algos.ppo.buffer import ReplayBuffer
 from drlcli.algos.ppo.closed_form import ClosedFormGradients
-from drlcli.algos.ppo.networks import build_value_network
-from drlcli.algos.ppo.params import ADAPTIVE_KL_BOUNDS, ADAPTIVE_KL_FACTOR, PPOParams
-from drlcli.algos.ppo.round_steps import STEP_COLUMNS, RoundSteps
-from drlcli.algos.ppo.sequences import (
-    chunk_trajectory,
-    core_state,
-    masked_mean,
+from drlcli.algos.ppo.maths import (
+    adapted_learning_rate,
+    approx_kl,
+    clip_fraction,
+    explained_variance,
+    policy_loss,
+    ppo_loss,
+    rpo_shifted_actions,
+    standardize_advantages,
     standardize_masked,
+    value_loss,
 )
+from drlcli.algos.ppo.networks import build_value_network
+from drlcli.algos.ppo.params import PPOParams
+from drlcli.algos.ppo.round_steps import STEP_COLUMNS, RoundSteps
+from drlcli.algos.ppo.sequences import chunk_trajectory, core_state, sequence_steps
 from drlcli.errors import CheckpointError, PolicyActorContractError, TrainingError
 from drlcli.flat_parameters import FlatParameters, check_flat_optimizer_state
 from drlcli.observations import GroupReader, ObservationGroups
 
 if TYPE_CHECKING:
     from drlcli.algos.entry_types import LearnerContext, RoundPlan
-
-
-def ppo_loss(
-    *,
-    new_logprob: torch.Tensor,
-    entropy: torch.Tensor,
-    new_value: torch.Tensor,
-    old_logprob: torch.Tensor,
-    old_value: torch.Tensor,
-    advantages: torch.Tensor,
-    returns: torch.Tensor,
-    params: PPOParams,
-    mask: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The PPO objective of one minibatch, negated for gradient descent (CleanRL's names).
-
-    Every tensor is ``[B]``: the policy's log-prob and entropy of the stored actions now, the
-    value now, the log-prob and value at sampling time, the (already normalised) advantages
-    and the value targets. A recurrent policy's are ``[L, C]`` chunks, with ``mask`` (bool,
-    the same shape) true on real steps: the means are over those alone.
-
-    Returns:
-        ``(loss, stats)``: ``loss = pg_loss + vf_coef * v_loss - ent_coef * entropy_loss``;
-        stats ``pg_loss``, ``v_loss``, ``entropy_loss`` (0-dim) and ``logratio`` (detached,
-        of the real steps), from which the caller measures the approximate KL.
-    """
-    policy_objective, stats = policy_loss(
-        new_logprob=new_logprob,
-        entropy=entropy,
-        old_logprob=old_logprob,
-        advantages=advantages,
-        params=params,
-        mask=mask,
-    )
-    v_loss = value_loss(
-        new_value=new_value, old_value=old_value, returns=returns, params=params, mask=mask
-    )
-    stats["v_loss"] = v_loss.detach()
-    return policy_objective + params.vf_coef * v_loss, stats
-
-
-def policy_loss(
-    *,
-    new_logprob: torch.Tensor,
-    entropy: torch.Tensor,
-    old_logprob: torch.Tensor,
-    advantages: torch.Tensor,
-    params: PPOParams,
-    mask: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The policy's part of ``ppo_loss``: ``-L^CLIP - ent_coef * S``, and its stats
-    (``pg_loss``, ``entropy_loss``, ``logratio``). It reads no value, so its gradient reaches
-    the policy's parameters alone."""
-    logratio = new_logprob - old_logprob
-    ratio = logratio.exp()
-    pg_loss1 = -advantages * ratio
-    pg_loss2 = -advantages * torch.clamp(ratio, 1 - params.clip_coef, 1 + params.clip_coef)
-    pg_loss = _step_mean(torch.max(pg_loss1, pg_loss2), mask)
-    entropy_loss = _step_mean(entropy, mask)
-    objective = pg_loss
-    if params.ent_coef:  # a zero coefficient would only add backward work
-        objective = objective - params.ent_coef * entropy_loss
-    stats = {
-        "pg_loss": pg_loss.detach(),
-        "entropy_loss": entropy_loss.detach(),
-        "logratio": (logratio if mask is None else logratio[mask]).detach(),
-    }
-    return objective, stats
-
-
-def value_loss(
-    *,
-    new_value: torch.Tensor,
-    old_value: torch.Tensor,
-    returns: torch.Tensor,
-    params: PPOParams,
-    mask: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """``L^VF``, half the squared error of the values to their targets (with
-    ``clip_value_loss``, the larger of it and the clipped value's, as PPO2 does)."""
-    v_loss_unclipped = (new_value - returns) ** 2
-    if not params.clip_value_loss:
-        return 0.5 * _step_mean(v_loss_unclipped, mask)
-    v_clipped = old_value + torch.clamp(new_value - old_value, -params.clip_coef, params.clip_coef)
-    v_loss_clipped = (v_clipped - returns) ** 2
-    return 0.5 * _step_mean(torch.max(v_loss_unclipped, v_loss_clipped), mask)
-
-
-def _step_mean(values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """The mean over a minibatch's samples, or over a recurrent minibatch's real steps."""
-    return values.mean() if mask is None else masked_mean(values, mask)
-
-
-def standardize_advantages(advantages: torch.Tensor) -> torch.Tensor:
-    """``(A - mean) / (std + 1e-8)`` over the whole round (not per minibatch)."""
-    return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-
-
-def approx_kl(logratio: torch.Tensor | np.ndarray) -> float:
-    """``E[(r - 1) - log r]``: the k3 estimator of KL(old || new), >= 0 (Schulman 2020)."""
-    ratio = np.exp(logratio) if isinstance(logratio, np.ndarray) else logratio.exp()
-    return float((ratio - 1 - logratio).mean())
-
-
-def adapted_learning_rate(learning_rate: float, kl: float, desired_kl: float) -> float:
-    """The ``adaptive_kl`` schedule's next step size after a minibatch whose approximate KL is
-    ``kl``: divided by ``ADAPTIVE_KL_FACTOR`` above ``2 * desired_kl``, multiplied by it below
-    ``desired_kl / 2``, kept within ``ADAPTIVE_KL_BOUNDS`` (rsl_rl's rule). A KL that is not
-    finite leaves it as it is: the round's non-finite check names the cause."""
-    low, high = ADAPTIVE_KL_BOUNDS
-    if kl > 2.0 * desired_kl:
-        return max(low, learning_rate / ADAPTIVE_KL_FACTOR)
-    if kl < 0.5 * desired_kl:
-        return min(high, learning_rate * ADAPTIVE_KL_FACTOR)
-    return learning_rate
-
-
-def rpo_shifted_actions(
-    actions: torch.Tensor, alpha: float, generator: torch.Generator
-) -> torch.Tensor:
-    """Robust Policy Optimization's perturbation, as the stored actions shifted by ``-z``,
-    ``z ~ U(-alpha, alpha)`` per sample and action dimension: for a policy distribution located
-    at its mean (the Gaussian of a ``clip`` actor), ``log pi(a | mu + z) = log pi(a - z | mu)``,
-    so every actor's ``log_prob_and_entropy`` and the closed form compute RPO's loss unchanged.
-    ``actions``: ``[..., A]``; ``z`` is drawn on the CPU from ``generator`` (the learner's
-    checkpointed minibatch generator: a resumed run draws the same noise)."""
-    noise = torch.rand(actions.shape, generator=generator, dtype=actions.dtype)
-    return actions - (2.0 * noise - 1.0).mul_(alpha).to(actions.device)
 
 
 @dataclass
@@ -659,20 +538,15 @@ class Learner:
                 new_logprob, predicted = new_logprob[real], predicted[real]
                 old_logprob, returns = steps["old_logprob"][real], steps["returns"][real]
             logratio = new_logprob - old_logprob
-            kl = approx_kl(logratio)
-            clip_fraction = ((logratio.exp() - 1).abs() > self.params.clip_coef).float().mean()
-            residual_var = torch.var(returns - predicted)
-            returns_var = torch.var(returns)
-            explained = (1 - residual_var / returns_var).item() if returns_var > 0 else float("nan")
-        return {
-            "Loss/policy": means[0],
-            "Loss/value": means[1],
-            "Loss/entropy": means[2],
-            "approx_kl": kl,
-            "clip_fraction": clip_fraction.item(),
-            "grad_norm": means[3],
-            "explained_variance": explained,
-        }
+            return {
+                "Loss/policy": means[0],
+                "Loss/value": means[1],
+                "Loss/entropy": means[2],
+                "approx_kl": approx_kl(logratio),
+                "clip_fraction": clip_fraction(logratio, self.params.clip_coef),
+                "grad_norm": means[3],
+                "explained_variance": explained_variance(predicted, returns),
+            }
 
 
 def scale_policy_output_layer(actor: torch.nn.Module, scale: float) -> None:
@@ -686,27 +560,6 @@ def scale_policy_output_layer(actor: torch.nn.Module, scale: float) -> None:
         )
     with torch.no_grad():
         layer.weight.mul_(scale)
-
-
-def sequence_steps(chunks: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Chunked columns ``[C, L, ...]`` as the cores read them: time-major ``[L', C, ...]``,
-    cut after the longest chunk's last real step (padding that no chunk of these needs is not
-    computed: short episodes leave most of a round's chunks short). The chunks' states
-    ``[C, ...]`` are kept whole."""
-    real = chunks["mask"].any(0)
-    length = int(real.nonzero().max()) + 1 if bool(real.any()) else 1
-    return {
-        name: column if name in CHUNK_STATES else time_major(name, column[:, :length])
-        for name, column in chunks.items()
-    }
-
-
-CHUNK_STATES = ("policy_state", "value_state")
-
-
-def time_major(name: str, column: torch.Tensor) -> torch.Tensor:
-    """A chunked column ``[C, L, ...]`` as ``[L, C, ...]``; the chunks' states stay ``[C, ...]``."""
-    return column if name in CHUNK_STATES else column.transpose(0, 1)
 
 
 def build_ppo_learner(context: LearnerContext) -> Learner:

@@ -1,7 +1,7 @@
 """A round's steps as GAE reads them, for ``recompute_advantages_per_epoch`` (Tianshou's
 ``recompute_advantage``): before each epoch after the first, the learner recomputes the values
 with its value network as the previous epochs left it, and from them the advantages and value
-targets (``drlcli.rollout.compute_gae``, per rollout)."""
+targets (``maths.compute_gae``, per rollout)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from drlcli.rollout import compute_gae
+from drlcli.algos.ppo.maths import compute_gae
 
 STEP_COLUMNS = ("reward", "terminated", "truncated", "next_obs", "rollout_step")
 """What a sampler adds to its trajectory under ``recompute_advantages_per_epoch``, each

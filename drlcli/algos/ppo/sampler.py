@@ -20,6 +20,7 @@ from drlcli.actors.recurrent import RecurrentGaussianPolicyActor
 from drlcli.actors.spec import ActorSpec, build_policy_actor
 from drlcli.algos.ppo.closed_form import DenseNetwork, array_view, gaussian_log_prob
 from drlcli.algos.ppo.dense_recurrent import DenseRecurrentCore
+from drlcli.algos.ppo.maths import compute_gae
 from drlcli.algos.ppo.networks import build_value_network
 from drlcli.algos.ppo.params import PPOParams
 from drlcli.algos.ppo.rollout_memory import RolloutMemory
@@ -31,7 +32,7 @@ from drlcli.normalization import (
     normalize_observation,
 )
 from drlcli.observations import GroupReader
-from drlcli.rollout import compute_gae, prepare_action
+from drlcli.rollout import prepare_action
 
 
 class SteppedEnvs(Protocol):

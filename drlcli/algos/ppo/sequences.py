@@ -1,6 +1,6 @@
 """Recurrent PPO's sequences (ADR 0018): a round's rollout cut into chunks that a recurrent core
-(``drlcli/actors/recurrent.py``) reads in one fused call, and the statistics of their real
-steps. Pure torch and numpy: no Ray, no I/O.
+(``drlcli/actors/recurrent.py``) reads in one fused call, and read back time-major. Pure torch
+and numpy: no Ray, no I/O; the masked means and standardisation are ``maths.py``'s.
 
 A rollout of ``T`` steps of ``N`` environments is stored time-major (flat index ``t * N + n``,
 as ``MuJoCoActor.sample`` writes it). Training re-reads it as whole sequences: each
@@ -104,15 +104,22 @@ def core_state(stored: torch.Tensor) -> torch.Tensor:
     return stored.movedim(0, -2).contiguous()
 
 
-def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """The mean of ``values`` over the real steps (``mask`` True), any equal shapes."""
-    weights = mask.to(values.dtype)
-    return (values * weights).sum() / weights.sum()
+def sequence_steps(chunks: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Chunked columns ``[C, L, ...]`` as the cores read them: time-major ``[L', C, ...]``,
+    cut after the longest chunk's last real step (padding that no chunk of these needs is not
+    computed: short episodes leave most of a round's chunks short). The chunks' states
+    ``[C, ...]`` are kept whole."""
+    real = chunks["mask"].any(0)
+    length = int(real.nonzero().max()) + 1 if bool(real.any()) else 1
+    return {
+        name: column if name in CHUNK_STATES else time_major(name, column[:, :length])
+        for name, column in chunks.items()
+    }
 
 
-def standardize_masked(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``(x - mean) / (std + 1e-8)`` over the real steps (the unbiased std, as
-    ``standardize_advantages`` of an MLP's round); padding comes out 0."""
-    real = values[mask]
-    standardized = (values - real.mean()) / (real.std() + 1e-8)
-    return torch.where(mask, standardized, torch.zeros_like(values))
+CHUNK_STATES = ("policy_state", "value_state")
+
+
+def time_major(name: str, column: torch.Tensor) -> torch.Tensor:
+    """A chunked column ``[C, L, ...]`` as ``[L, C, ...]``; the chunks' states stay ``[C, ...]``."""
+    return column if name in CHUNK_STATES else column.transpose(0, 1)
