@@ -75,7 +75,7 @@ mutation: setup
 	$(BIN)/python scripts/mutation_score.py
 
 # The suite on the newest versions pyproject.toml's ranges admit (no constraints): several GB
-# (a CUDA torch); not CI. The README's Contributing section records the last versions seen.
+# (a CUDA torch); not CI. docs/contributing.md records the last versions seen.
 LATEST := .venv-latest
 test-latest: $(PAGE)
 	rm -rf $(LATEST)

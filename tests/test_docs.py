@@ -35,9 +35,14 @@ def test_heading_anchors_follow_githubs_rule():
     assert heading_anchors(text) == {"results", "policies-with-memory-recurrent-ppo", "a-b-c"}
 
 
+# A newcomer reads the README in five minutes: about 180 words a minute of technical prose.
+FRONT_PAGE_WORDS = 900
+
+
 def test_the_readme_is_a_front_page():
     readme = (REPO_ROOT / "README.md").read_text()
-    assert len(readme.splitlines()) <= 250
+    words = len(readme.split())
+    assert words <= FRONT_PAGE_WORDS, f"the README has {words} words: move detail into docs/"
     assert "make demo" in readme and "make test" in readme
 
 
