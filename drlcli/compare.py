@@ -35,8 +35,8 @@ CURVE_RESAMPLES = 2_000  # per evaluation point of a curve: a band, not a headli
 @dataclass(frozen=True)
 class GroupReport:
     """A group's statistics over its runs' final returns; ``improvement``: the probability
-    that a run of this group beats one of the reference group (the first), with its interval
-    (None for the reference itself)."""
+    that a run of this group beats one of its ``reference`` group's, with its interval (both
+    None for a reference itself: the first group, and the first of each other task)."""
 
     group: str
     task: str | None
@@ -47,6 +47,7 @@ class GroupReport:
     mean: float
     mean_interval: Interval
     improvement: tuple[float, Interval] | None
+    reference: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         improvement = None
@@ -73,6 +74,7 @@ class GroupReport:
             "mean": self.mean,
             "mean_interval": [self.mean_interval.low, self.mean_interval.high],
             "probability_of_improvement": improvement,
+            "reference": self.reference,
         }
 
 
@@ -119,28 +121,48 @@ def with_reference(groups: dict[str, list[SeedRun]], reference: str) -> dict[str
     }
 
 
+def group_task(members: Sequence[SeedRun]) -> str | None:
+    """The task a group trained, where a run's checkpoint or record names it."""
+    tasks = {run.task for run in members} - {None}
+    return next(iter(tasks)) if tasks else None
+
+
+def reference_groups(groups: dict[str, list[SeedRun]]) -> dict[str, str]:
+    """Each group's reference: the first group (in order) that may be on its task. A return is
+    on its task's scale, so a group of a known task is measured against the first group of that
+    task (or of an unknown one), never against another task's; the first group is its own."""
+    tasks = {group: group_task(members) for group, members in groups.items()}
+    references = {}
+    for group, task in tasks.items():
+        references[group] = next(
+            other
+            for other, other_task in tasks.items()
+            if task is None or other_task is None or other_task == task
+        )
+    return references
+
+
 def compare_groups(
     groups: dict[str, list[SeedRun]], resamples: int = RESAMPLES
 ) -> list[GroupReport]:
-    """Each group's median, IQM and mean of final returns with 95% bootstrap intervals, and
-    (after the first) its probability of improvement over the first group."""
+    """Each group's median, IQM and mean of final returns with 95% bootstrap intervals, and its
+    probability of improvement over its reference (``reference_groups``: the first group, or
+    the first of the group's own task)."""
+    references = reference_groups(groups)
     reports = []
-    reference: list[float] | None = None
     for group, members in groups.items():
         finals = [run.final_return for run in members]
-        improvement = None
-        if reference is not None:
+        improvement, reference = None, references[group]
+        if reference != group:
+            baseline = [run.final_return for run in groups[reference]]
             improvement = (
-                float(probability_of_improvement(finals, reference)),
-                improvement_interval(finals, reference, resamples=resamples),
+                float(probability_of_improvement(finals, baseline)),
+                improvement_interval(finals, baseline, resamples=resamples),
             )
-        else:
-            reference = finals
-        tasks = {run.task for run in members} - {None}
         reports.append(
             GroupReport(
                 group=group,
-                task=next(iter(tasks)) if tasks else None,
+                task=group_task(members),
                 runs=tuple(members),
                 median=float(aggregate(finals, "median")),
                 iqm=float(aggregate(finals, "iqm")),
@@ -148,6 +170,7 @@ def compare_groups(
                 mean=float(aggregate(finals, "mean")),
                 mean_interval=bootstrap_interval([finals], "mean", resamples=resamples),
                 improvement=improvement,
+                reference=None if reference == group else reference,
             )
         )
     return reports

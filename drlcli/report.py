@@ -318,7 +318,8 @@ def _short(value: Any) -> str:
 def render_comparison(reports: Any, console: Console) -> None:
     """``drl compare``'s table: per group of seeds, the median and IQM of its final
     deterministic evaluations, the IQM's 95% bootstrap interval, and the probability that a run
-    of the group beats one of the first group's; each run's figure below."""
+    of the group beats one of its reference's (the first group's, or the first of its task's);
+    each run's figure below."""
     from drlcli.seed_statistics import figure
 
     if not reports:
@@ -347,7 +348,17 @@ def render_comparison(reports: Any, console: Console) -> None:
             row.append("reference")
         table.add_row(*row)
     console.print(table)
-    if len(reports) > 1:
+    references = [report for report in reports if report.reference is None]
+    if len(references) > 1:  # groups of several tasks: each measured against its own task's
+        named = ", ".join(f"{report.group} on {report.task}" for report in references)
+        console.print(
+            escape(
+                "P(improve): the chance that a run of the group beats one of the reference of "
+                f"its task: {named}"
+            ),
+            highlight=False,
+        )
+    elif len(reports) > 1:
         console.print(
             escape(f"P(improve): the chance that a run of the group beats one of {reference}'s"),
             highlight=False,

@@ -321,3 +321,47 @@ def test_the_fast_set_passes_where_matplotlib_never_ran(tmp_path):
     )
     assert result.returncode == 0, result.stdout[-3000:]
     assert (home / "matplotlib").is_dir()  # the cache was built there, not found elsewhere
+
+
+def test_groups_of_two_tasks_are_each_measured_against_their_own_tasks_reference(tmp_path):
+    """A return is on its task's scale: with Hopper's and Walker2d's groups in one call, each
+    group's P(improve) is against the first group of its own task, the first Walker2d group is a
+    reference too, and the note names both; a group of unknown task keeps the first group."""
+    root = tmp_path / "runs"
+    finals = {
+        "hopper_preset": ("Hopper-v5", [3000.0, 1200.0, 3300.0]),
+        "hopper_variant": ("Hopper-v5", [3400.0, 3100.0, 2900.0]),
+        "walker_preset": ("Walker2d-v5", [5000.0, 4500.0, 3500.0]),
+        "walker_variant": ("Walker2d-v5", [4000.0, 5200.0, 4800.0]),
+        "unknown": (None, [10.0, 20.0]),
+    }
+    for group, (task, values) in finals.items():
+        for seed, value in enumerate(values):
+            csv = write_run(root / group, f"{group}_seed{seed}", [(100, value)])
+            if task is not None:
+                record = {"env_id": task, "seed": seed, "return_mean": value, "env_steps": 100}
+                record_path(csv).write_text(json.dumps(record))
+    report = tmp_path / "compare.json"
+    folders = [str(root / group) for group in finals]
+    result = invoke("compare", *folders, "--plot", str(tmp_path / "c.png"), "--json", str(report))
+    assert result.exit_code == 0, result.output
+    groups = {group["group"]: group for group in json.loads(report.read_text())["groups"]}
+    assert {name: group["reference"] for name, group in groups.items()} == {
+        "hopper_preset": None,
+        "hopper_variant": "hopper_preset",
+        "walker_preset": None,
+        "walker_variant": "walker_preset",
+        "unknown": "hopper_preset",
+    }
+    assert groups["walker_preset"]["probability_of_improvement"] is None
+    assert groups["walker_variant"]["probability_of_improvement"]["value"] == (
+        probability_of_improvement(finals["walker_variant"][1], finals["walker_preset"][1])
+    )
+    assert groups["hopper_variant"]["probability_of_improvement"]["value"] == (
+        probability_of_improvement(finals["hopper_variant"][1], finals["hopper_preset"][1])
+    )
+    note = " ".join(result.output.split())
+    assert (
+        "beats one of the reference of its task: hopper_preset on Hopper-v5, walker_preset on "
+        "Walker2d-v5" in note
+    )
