@@ -83,6 +83,7 @@ EXAMPLES: dict[str, list[tuple[str, str]]] = {
     "train": [
         ("drl train hopper_ppo", "a preset (drl presets), local Ray on this machine"),
         ("drl train my.yaml", "your config (drl presets show hopper_ppo > my.yaml)"),
+        ("drl train hopper_ppo --seed 3", "env.seed 3, the run hopper_ppo_seed3"),
         ("drl train hopper_ppo --quiet", "one plain log line per round"),
         ("drl train hopper_ppo --dry-run", "validate, show spaces and topology; start nothing"),
         ("drl train hopper_ppo --address HOST:6379", "join a Ray cluster (or RAY_ADDRESS)"),
@@ -156,6 +157,15 @@ def train(
         ),
     ] = False,
     address: AddressOption = None,
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            "--seed",
+            metavar="N",
+            help="Train on seed N: env.seed N, the run named <name>_seed<N> (its own "
+            "checkpoints and metrics; drl compare groups the seeds).",
+        ),
+    ] = None,
     resume: Annotated[
         Path | None,
         typer.Option("--resume", metavar="CKPT", help="Continue training from a checkpoint."),
@@ -214,10 +224,13 @@ def train(
     def body() -> None:
         import dataclasses
 
-        from drlcli.config import MlflowConfig, WandbConfig, load_config
+        from drlcli.config import MlflowConfig, WandbConfig, load_config, with_seed
         from drlcli.report import render_dry_run
 
         config = load_config(_config_or_preset(config_path))
+        if seed is not None:
+            config = with_seed(config, seed)
+            _check_resumed_seed(resume, seed, config.checkpoint_path)
         sinks: dict[str, Any] = {}  # the options win over the config's logging section
         if tensorboard is not None:
             sinks["tensorboard"] = str(tensorboard)
@@ -261,7 +274,8 @@ def train(
             )
         except TrainingStopped as stopped:
             how = (
-                f"; continue with: drl train {config_path} --resume {stopped.checkpoint}"
+                f"; continue with: drl train {config_path}"
+                f"{'' if seed is None else f' --seed {seed}'} --resume {stopped.checkpoint}"
                 if stopped.checkpoint is not None
                 else ""
             )
@@ -272,6 +286,25 @@ def train(
                 server.shutdown()
 
     _run_command(body)
+
+
+def _check_resumed_seed(resume: Path | None, seed: int, own_checkpoint: Path) -> None:
+    """``--seed N --resume CKPT`` continues seed N's run: a checkpoint of another seed is
+    refused (an unreadable one is left to the resume's own checks).
+
+    Raises:
+        UsageError: naming the checkpoint's seed and the two ways on.
+    """
+    if resume is None:
+        return
+    stored = _checkpoint_config(resume)
+    if stored is not None and stored.env.seed != seed:
+        from drlcli.errors import UsageError
+
+        raise UsageError(
+            f"--seed {seed}: {resume} trained on seed {stored.env.seed}; continue it with "
+            f"--seed {stored.env.seed}, or resume seed {seed}'s own run ({own_checkpoint})"
+        )
 
 
 def _config_or_preset(path: Path) -> Path:

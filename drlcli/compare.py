@@ -94,7 +94,7 @@ def group_seed_runs(runs: Sequence[SeedRun]) -> dict[str, list[SeedRun]]:
         if len(members) < 2:
             raise UsageError(
                 f"group {group!r} has one run ({members[0].csv_path}): an interval needs at "
-                "least 2 seeds; train more seeds (names ending _seed<N>) or leave it out"
+                "least 2 seeds; train more (drl train CONFIG --seed N) or leave it out"
             )
         tasks = sorted({run.task for run in members if run.task is not None})
         if len(tasks) > 1:

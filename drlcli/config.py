@@ -32,6 +32,11 @@ from drlcli.config_fields import (
     refuse_unread,
 )
 from drlcli.errors import ConfigError
+from drlcli.run_names import seeded_name
+
+# numpy's and gymnasium's seeds are non-negative; 32 bits leave room below torch's 64-bit limit
+# for the offsets drl adds (10,000 per rollout actor, the evaluation's own).
+SEED_MAX = 2**32 - 1
 
 # --- schema ------------------------------------------------------------------------------------
 
@@ -67,7 +72,7 @@ class EnvConfig:
     """Gymnasium id; a flat Box or Dict observation and a finite Box action are required."""
     num_envs: int = field(default=1, metadata=positive())
     """Environments each rollout actor steps together, with batched inference."""
-    seed: int = 0
+    seed: int = field(default=0, metadata=in_range(0, SEED_MAX))
     """Run seed: environments, sampling noise and network initialisation derive from it."""
     max_episode_steps: int | None = field(default=None, metadata=positive())
     """Overrides the task's time limit; null: the task's own."""
@@ -410,6 +415,32 @@ def config_from_dict(
         )
     metrics_path = config.metrics_path or str(Path(config.output_dir) / f"metrics_{name}.csv")
     return dataclasses.replace(config, name=name, metrics_path=metrics_path)
+
+
+def with_seed(config: Config, seed: int) -> Config:
+    """``config`` on another seed (``drl train --seed``): ``env.seed`` set and the run named
+    ``<name>_seed<seed>``, so its checkpoints and metrics sit beside the other seeds' and
+    ``drl compare`` groups them; a ``metrics_path`` of the config's own gets the same ending.
+
+    Raises:
+        ConfigError: a seed outside ``[0, SEED_MAX]``.
+    """
+    if not 0 <= seed <= SEED_MAX:
+        raise ConfigError(f"--seed: {seed} is outside [0, {SEED_MAX}]")
+    name = seeded_name(config.name, seed)
+    metrics_path = Path(config.metrics_path)
+    if metrics_path == Path(config.output_dir) / f"metrics_{config.name}.csv":
+        metrics_path = Path(config.output_dir) / f"metrics_{name}.csv"
+    else:
+        metrics_path = metrics_path.with_name(
+            seeded_name(metrics_path.stem, seed) + metrics_path.suffix
+        )
+    return dataclasses.replace(
+        config,
+        name=name,
+        env=dataclasses.replace(config.env, seed=seed),
+        metrics_path=str(metrics_path),
+    )
 
 
 def _check_recurrent_algorithm(algorithm: Any, algo_params: Any) -> None:

@@ -191,3 +191,47 @@ def test_help_shows_examples_that_the_readme_and_its_guide_show_too(command):
     for line, _ in EXAMPLES[command]:
         assert line in result.stdout
         assert f"    {line}" in guide, f"docs/{COMMAND_GUIDES[command]} lacks the example {line!r}"
+
+
+def test_seed_trains_a_config_on_that_seed_under_a_seeded_name(write_config):
+    """``--seed N``: env.seed N and the run ``<name>_seed<N>`` (its checkpoints and CSV beside
+    the other seeds'); a name that ends with a seed has it replaced; a seed out of range is one
+    line, exit 2."""
+    result = runner.invoke(
+        app, ["train", "quickstart", "--seed", "3", "--dry-run"], env={"COLUMNS": "200"}
+    )
+    assert result.exit_code == 0, result.output
+    assert "output/model_quickstart_seed3.pt" in result.output
+    assert "output/metrics_quickstart_seed3.csv" in result.output
+    path = write_config("name: walker_seed0\nenv: {seed: 0}\n")
+    result = runner.invoke(app, ["train", str(path), "--seed", "12", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "model_walker_seed12.pt" in " ".join(result.output.split())
+    for bad in ("-1", str(2**32)):
+        result = runner.invoke(app, ["train", "quickstart", "--seed", bad, "--dry-run"])
+        assert result.exit_code == 2
+        lines = [line for line in result.output.splitlines() if line.strip()]
+        assert lines[-1] == f"error: --seed: {bad} is outside [0, 4294967295]", result.output
+
+
+def test_seed_with_resume_refuses_another_seeds_checkpoint(tmp_path, checkpoint_file):
+    """``--seed 3 --resume`` of a run trained on another seed is one line that names the
+    checkpoint's seed; nothing is written."""
+    checkpoint = checkpoint_file()
+    from drlcli.checkpoints.files import load_payload
+
+    trained_on = load_payload(checkpoint)["config"]["env"]["seed"]
+    other = trained_on + 3
+    output = tmp_path / "out"
+    config = tmp_path / "run.yaml"
+    config.write_text(f"output_dir: {output}\n")
+    result = runner.invoke(
+        app, ["train", str(config), "--seed", str(other), "--resume", str(checkpoint)]
+    )
+    assert result.exit_code == 2
+    line = " ".join(result.output.split())
+    assert (
+        f"error: --seed {other}: {checkpoint} trained on seed {trained_on}; continue it with "
+        f"--seed {trained_on}, or resume seed {other}'s own run ({output}/model_run_seed{other}.pt)"
+    ) in line
+    assert not output.exists()

@@ -184,3 +184,22 @@ def test_runtime_env_becomes_rays_with_absolute_paths_and_bad_paths_are_named(
     archive = load_config(write_config("runtime_env: {py_modules: [./pkgs/x.zip]}\n"))
     with pytest.raises(ConfigError, match=r"py_modules\[0\]: ./pkgs/x.zip is neither a package"):
         check_runtime_env(archive.runtime_env)
+
+
+@pytest.mark.parametrize("seed", [-1, 2**32])
+def test_a_seed_numpy_and_gymnasium_cannot_take_is_refused(write_config, seed):
+    """env.seed -1 passed the config and failed at the first reset, a traceback."""
+    with pytest.raises(ConfigError, match=rf"env\.seed: .*{seed}"):
+        load_config(write_config(f"env: {{seed: {seed}}}\n"))
+
+
+def test_with_seed_names_the_run_and_its_own_metrics_path(write_config):
+    from drlcli.config import with_seed
+
+    config = with_seed(load_config(write_config("name: hopper\n")), 4)
+    assert (config.name, config.env.seed) == ("hopper_seed4", 4)
+    assert config.metrics_path == "output/metrics_hopper_seed4.csv"
+    assert str(config.checkpoint_path) == "output/model_hopper_seed4.pt"
+    explicit = load_config(write_config("name: hopper\nmetrics_path: logs/curve.csv\n"))
+    assert with_seed(explicit, 2).metrics_path == "logs/curve_seed2.csv"
+    assert with_seed(with_seed(explicit, 2), 5).metrics_path == "logs/curve_seed5.csv"

@@ -17,8 +17,9 @@ from drlcli.checkpoints.audit import audit_checkpoint
 from drlcli.dashboard.server import start_dashboard
 from drlcli.errors import UsageError
 from drlcli.metrics.csv_file import MetricsWriter
-from drlcli.metrics.runs import find_runs, read_rows, seed_group
+from drlcli.metrics.runs import find_runs, read_rows
 from drlcli.metrics.schema import metric_columns
+from drlcli.run_names import seed_group
 
 COLUMNS = metric_columns(PPO)
 

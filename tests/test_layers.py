@@ -23,6 +23,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "drlcli.flat_parameters",
             "drlcli.normalization",
             "drlcli.rollout",
+            "drlcli.run_names",
             "drlcli.parameter_averaging",
             "drlcli.observations",
             "drlcli.success",

@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from drlcli.run_names import seed_group
+
 REQUIRED_COLUMNS = ("round", "env_steps")
 VIDEO_SUFFIXES = (".mp4", ".webm")
-_SEED_SUFFIX = re.compile(r"[_-]seed[_-]?\d+$")
 SEARCH_FILE = "search.yaml"  # in a drl tune search's folder
 SEARCH_RESULTS = "results.csv"  # ... its trials' results, once the search ended
 # Never walk into these (virtual environments, caches, VCS data).
@@ -74,12 +75,6 @@ class Run:
             "note": self.note,
             "values": self.values,
         }
-
-
-def seed_group(name: str) -> str:
-    """Runs of one config with different seeds share a group: the name without a trailing
-    ``_seed<N>`` (``hopper_ppo_seed2`` -> ``hopper_ppo``)."""
-    return _SEED_SUFFIX.sub("", name)
 
 
 @dataclass(frozen=True)
