@@ -7,6 +7,7 @@ imported inside the command bodies.
 from __future__ import annotations
 
 import importlib.util
+import shlex
 import sys
 import traceback
 from collections.abc import Callable
@@ -84,6 +85,7 @@ EXAMPLES: dict[str, list[tuple[str, str]]] = {
         ("drl train hopper_ppo", "a preset (drl presets), local Ray on this machine"),
         ("drl train my.yaml", "your config (drl presets show hopper_ppo > my.yaml)"),
         ("drl train hopper_ppo --seed 3", "env.seed 3, the run hopper_ppo_seed3"),
+        ("drl train hopper_ppo --set algo_params.learning_rate=1e-3", "a key for this run"),
         ("drl train hopper_ppo --quiet", "one plain log line per round"),
         ("drl train hopper_ppo --dry-run", "validate, show spaces and topology; start nothing"),
         ("drl train hopper_ppo --address HOST:6379", "join a Ray cluster (or RAY_ADDRESS)"),
@@ -157,6 +159,15 @@ def train(
         ),
     ] = False,
     address: AddressOption = None,
+    overrides: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            metavar="KEY=VALUE",
+            help="Set a config key for this run (dotted, the value as YAML; repeat for more), "
+            "e.g. --set algo_params.learning_rate=1e-3.",
+        ),
+    ] = None,
     seed: Annotated[
         int | None,
         typer.Option(
@@ -224,10 +235,17 @@ def train(
     def body() -> None:
         import dataclasses
 
-        from drlcli.config import MlflowConfig, WandbConfig, load_config, with_seed
+        from drlcli.config import (
+            MlflowConfig,
+            WandbConfig,
+            load_config,
+            parse_override,
+            with_seed,
+        )
         from drlcli.report import render_dry_run
 
-        config = load_config(_config_or_preset(config_path))
+        values = dict(parse_override(item) for item in overrides or [])
+        config = load_config(_config_or_preset(config_path), values)
         if seed is not None:
             config = with_seed(config, seed)
             _check_resumed_seed(resume, seed, config.checkpoint_path)
@@ -274,8 +292,8 @@ def train(
             )
         except TrainingStopped as stopped:
             how = (
-                f"; continue with: drl train {config_path}"
-                f"{'' if seed is None else f' --seed {seed}'} --resume {stopped.checkpoint}"
+                "; continue with: "
+                + resume_command(config_path, overrides or [], seed, stopped.checkpoint)
                 if stopped.checkpoint is not None
                 else ""
             )
@@ -286,6 +304,16 @@ def train(
                 server.shutdown()
 
     _run_command(body)
+
+
+def resume_command(
+    config_path: Path, overrides: list[str], seed: int | None, checkpoint: Path
+) -> str:
+    """The ``drl train`` line that continues a stopped run: its config, ``--set`` and ``--seed``
+    as given, and ``--resume CHECKPOINT``, quoted for a POSIX shell."""
+    again = ["drl", "train", str(config_path), *(f"--set={item}" for item in overrides)]
+    again += [] if seed is None else ["--seed", str(seed)]
+    return shlex.join([*again, "--resume", str(checkpoint)])
 
 
 def _check_resumed_seed(resume: Path | None, seed: int, own_checkpoint: Path) -> None:

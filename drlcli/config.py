@@ -10,12 +10,13 @@ This module imports neither torch nor ray, so the CLI can validate a config inst
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import re
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -325,11 +326,13 @@ _StrictYamlLoader.add_implicit_resolver(
 )
 
 
-def load_config(path: str | Path) -> Config:
+def load_config(path: str | Path, overrides: Mapping[str, Any] | None = None) -> Config:
     """Read a YAML file into a validated, immutable ``Config``.
 
     Args:
         path: the YAML file. Its stem names the run when the file sets no ``name``.
+        overrides: dotted config keys set over the file's values before validation (``drl
+            train --set``, ``parse_override``).
 
     Raises:
         ConfigError: missing/empty/unreadable file, YAML syntax error, a top level that is not a
@@ -337,10 +340,50 @@ def load_config(path: str | Path) -> Config:
     """
     path = Path(path)
     raw = read_yaml_mapping(path, what="config file")
+    where = str(path)
+    if overrides:
+        raw = with_values(raw, overrides)
+        where = f"{path} with --set {', '.join(overrides)}"
     try:
         return config_from_dict(raw, default_name=path.stem)
     except ConfigError as error:
-        raise ConfigError(f"{path}: {error}") from error
+        raise ConfigError(f"{where}: {error}") from error
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` of ``drl train --set``: a dotted config key and its value read as YAML (as
+    a config file's: ``1e-3`` is a number, ``[64, 64]`` a list, ``null`` or nothing null).
+
+    Raises:
+        ConfigError: no ``=``, an empty key part, or a value that is not YAML.
+    """
+    key, equals, value = text.partition("=")
+    key = key.strip()
+    if not equals or not key or not all(part.strip() for part in key.split(".")):
+        raise ConfigError(
+            f"--set {text!r}: expected KEY=VALUE with a dotted config key, e.g. "
+            "--set algo_params.learning_rate=1e-3"
+        )
+    try:
+        return key, yaml.load(value, Loader=_StrictYamlLoader)
+    except yaml.YAMLError:
+        raise ConfigError(f"--set {key}: {value!r} is not a YAML value") from None
+
+
+def with_values(base: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
+    """A deep copy of the plain config ``base`` with each dotted key of ``values`` set."""
+    config = copy.deepcopy(dict(base))
+    for key, value in values.items():
+        node = config
+        *parents, leaf = key.split(".")
+        for part in parents:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = {}
+                node[part] = child
+            node = child
+        node[leaf] = list(value) if isinstance(value, tuple) else value
+    return config
 
 
 def read_yaml_mapping(path: Path, what: str) -> dict[str, Any]:

@@ -235,3 +235,68 @@ def test_seed_with_resume_refuses_another_seeds_checkpoint(tmp_path, checkpoint_
         f"--seed {trained_on}, or resume seed {other}'s own run ({output}/model_run_seed{other}.pt)"
     ) in line
     assert not output.exists()
+
+
+def test_set_changes_keys_for_one_run_and_a_bad_one_is_one_line(write_config):
+    """``--set KEY=VALUE``: values typed as YAML over the preset's; an unknown key is refused
+    with its path, the ``--set`` that gave it and the key meant; a malformed one in one line."""
+    result = runner.invoke(
+        app,
+        [
+            "train",
+            "quickstart",
+            "--set",
+            "algo_params.learning_rate=1e-3",
+            "--set",
+            "algo_params.hidden_sizes=[32, 32]",
+            "--set",
+            "name=small",
+            "--dry-run",
+        ],
+        env={"COLUMNS": "200"},
+    )
+    assert result.exit_code == 0, result.output
+    rows = {
+        cells[1].strip(): cells[2].strip()
+        for cells in (line.split("│") for line in result.output.splitlines())
+        if len(cells) == 4
+    }
+    assert rows["algo_params.learning_rate"] == "0.001"
+    assert rows["algo_params.hidden_sizes"] == "[32, 32]"
+    assert rows["metrics_path"] == "output/metrics_small.csv"
+    path = write_config("env: {id: InvertedPendulum-v5}\n")
+    cases = {
+        "algo_params.learnin_rate=1": (
+            f"error: {path} with --set algo_params.learnin_rate: algo_params.learnin_rate: "
+            "unknown key; did you mean 'learning_rate'?"
+        ),
+        "total_env_steps=many": (
+            f"error: {path} with --set total_env_steps: total_env_steps: expected int, got 'many'"
+        ),
+        "learning_rate": "error: --set 'learning_rate': expected KEY=VALUE",
+        "a=[1,": "error: --set a: '[1,' is not a YAML value",
+    }
+    for item, expected in cases.items():
+        result = runner.invoke(app, ["train", str(path), "--set", item, "--dry-run"])
+        assert result.exit_code == 2, result.output
+        lines = [line for line in result.output.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith(expected), result.output
+
+
+def test_the_resume_line_of_a_stopped_run_gives_its_set_and_seed_again(write_config):
+    """The line a stopped run prints is a shell command that trains the same config."""
+    import shlex
+
+    from drlcli.cli import resume_command
+
+    path = write_config("name: walker\n", name="my run.yaml")
+    overrides = ["algo_params.hidden_sizes=[32, 32]", "total_env_steps=4096"]
+    line = resume_command(path, overrides, 3, path.parent / "model_walker_seed3.pt")
+    words = shlex.split(line)
+    assert words[:3] == ["drl", "train", str(path)]
+    assert words[-2:] == ["--resume", str(path.parent / "model_walker_seed3.pt")]
+    again = runner.invoke(app, [*words[1:-2], "--dry-run"], env={"COLUMNS": "200"})
+    assert again.exit_code == 0, again.output
+    assert "model_walker_seed3.pt" in again.output and "[32, 32]" in again.output
+    plain = resume_command(path, [], None, path.parent / "m.pt")
+    assert plain == f"drl train {shlex.quote(str(path))} --resume {path.parent / 'm.pt'}"

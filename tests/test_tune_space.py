@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from drlcli.config import config_from_dict
+from drlcli.config import config_from_dict, with_values
 from drlcli.errors import ConfigError
-from drlcli.tune.space import Dimension, parse_space, read_space_file, with_values
+from drlcli.tune.space import Dimension, parse_space, read_space_file
 
 BASE = {
     "algo": "ppo",

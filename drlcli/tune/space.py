@@ -20,7 +20,6 @@ Pure: no Ray, no torch.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 import types
@@ -31,7 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from drlcli.algos.registry import get_algorithm
-from drlcli.config import Config, closest_name, config_from_dict, read_yaml_mapping
+from drlcli.config import (
+    Config,
+    closest_name,
+    config_from_dict,
+    read_yaml_mapping,
+    with_values,
+)
 from drlcli.config_fields import (
     describe_value,
     read_condition,
@@ -139,22 +144,6 @@ def _check_each_is_read(
                 "which neither the config nor the space gives any trial; set it in the config, "
                 "or search it too"
             )
-
-
-def with_values(base: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
-    """A deep copy of the plain config ``base`` with each dotted key of ``values`` set."""
-    config = copy.deepcopy(dict(base))
-    for key, value in values.items():
-        node = config
-        *parents, leaf = key.split(".")
-        for part in parents:
-            child = node.get(part)
-            if not isinstance(child, dict):
-                child = {}
-                node[part] = child
-            node = child
-        node[leaf] = list(value) if isinstance(value, tuple) else value
-    return config
 
 
 def without_unread(raw: dict[str, Any]) -> dict[str, Any]:
