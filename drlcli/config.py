@@ -642,6 +642,8 @@ def _coerce(value: Any, type_: Any, path: str) -> Any:
         if not isinstance(value, dict):
             raise ConfigError(f"{path}: expected a mapping, got {describe_value(value)}")
         return dict(value)
+    if type_ is int and isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)  # YAML reads 1e6 as a float, and step counts are written so
     if type_ in _SCALARS:
         expected, accepts = _SCALARS[type_]
         if not accepts(value):

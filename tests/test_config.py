@@ -203,3 +203,15 @@ def test_with_seed_names_the_run_and_its_own_metrics_path(write_config):
     explicit = load_config(write_config("name: hopper\nmetrics_path: logs/curve.csv\n"))
     assert with_seed(explicit, 2).metrics_path == "logs/curve_seed2.csv"
     assert with_seed(with_seed(explicit, 2), 5).metrics_path == "logs/curve_seed5.csv"
+
+
+def test_a_whole_number_written_as_a_float_is_an_integer(write_config):
+    """``total_env_steps: 1e6`` is how RL configs write step counts; YAML reads it as a float.
+    A fraction is still refused."""
+    config = load_config(write_config("total_env_steps: 1e6\nrollout_length: 2.56e2\n"))
+    assert config.total_env_steps == 1_000_000 and isinstance(config.total_env_steps, int)
+    assert config.rollout_length == 256 and isinstance(config.rollout_length, int)
+    with pytest.raises(ConfigError, match=r"rollout_length: expected int, got 25\.5"):
+        load_config(write_config("rollout_length: 25.5\n"))
+    with pytest.raises(ConfigError, match=r"env\.num_envs: expected int, got True"):
+        load_config(write_config("env: {num_envs: true}\n"))
