@@ -42,6 +42,12 @@ def test_every_kind_of_distribution_is_read_in_the_files_order():
     assert dimensions[1].low == 4 and dimensions[1].high == 12
 
 
+def test_an_int_range_takes_whole_numbers_written_as_floats_as_a_config_does():
+    (dimension,) = parse_space({"algo_params.num_epochs": {"int": [2.0, 1.2e1]}}, BASE)
+    assert dimension == Dimension("algo_params.num_epochs", "int", (2, 12))
+    assert all(type(bound) is int for bound in (dimension.low, dimension.high))
+
+
 def test_values_are_set_at_their_dotted_keys_and_the_base_is_untouched():
     trial = with_values(
         BASE, {"algo_params.learning_rate": 1e-4, "gamma": 0.98, "evaluation.episodes": 3}

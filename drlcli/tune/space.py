@@ -236,8 +236,10 @@ def _parse_distribution(key: str, spec: Any, field_type: Any, path: str) -> Dime
     ):
         raise ConfigError(f"{path}: {kind} needs [low, high], two numbers; got {values!r}")
     low, high = values
-    if kind == "int" and not all(isinstance(value, int) for value in values):
-        raise ConfigError(f"{path}: int needs two integers; got {values!r}")
+    if kind == "int":  # a whole number written as a float (1e3) counts, as in a config
+        if not all(isinstance(value, int) or float(value).is_integer() for value in values):
+            raise ConfigError(f"{path}: int needs two integers; got {values!r}")
+        low, high = int(low), int(high)
     if low >= high:
         raise ConfigError(f"{path}: low must be below high; got [{low}, {high}]")
     if kind == "loguniform" and low <= 0:
