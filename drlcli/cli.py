@@ -818,8 +818,35 @@ def _announce_dashboard(server: Any, host: str, built: bool) -> None:
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app(prog_name="drl")
+    """Console-script entry point. A command line that click refuses (a missing argument, an
+    unknown option, a value out of its range) is one line on stderr and exit 2, as drl's own
+    errors are, not click's boxed usage."""
+    try:
+        code = app(prog_name="drl", standalone_mode=False)
+    except typer.Abort:  # end of input where click read it
+        sys.exit(1)
+    except Exception as error:
+        # click's own classes (typer vendors click from 0.22 on): known by name
+        kinds = {cls.__name__ for cls in type(error).__mro__}
+        if "NoArgsIsHelpError" in kinds:
+            sys.exit(2)  # the help is printed already
+        if "ClickException" not in kinds:
+            raise
+        stderr.print(escape(f"error: {usage_error_line(error)}"), highlight=False, soft_wrap=True)
+        sys.exit(error.exit_code)  # type: ignore[attr-defined]
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def usage_error_line(error: Any) -> str:
+    """A click error as drl says its own: ``drl play: missing argument 'CKPT' (drl play -h
+    for help)``."""
+    message = error.format_message().rstrip(".")
+    if message[:2].istitle():  # "Missing argument", not "CKPT ..."
+        message = message[0].lower() + message[1:]
+    ctx = getattr(error, "ctx", None)
+    if ctx is None:
+        return message
+    return f"{ctx.command_path}: {message} ({ctx.command_path} -h for help)"
 
 
 if __name__ == "__main__":  # pragma: no cover

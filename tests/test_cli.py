@@ -300,3 +300,46 @@ def test_the_resume_line_of_a_stopped_run_gives_its_set_and_seed_again(write_con
     assert "model_walker_seed3.pt" in again.output and "[32, 32]" in again.output
     plain = resume_command(path, [], None, path.parent / "m.pt")
     assert plain == f"drl train {shlex.quote(str(path))} --resume {path.parent / 'm.pt'}"
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["play"], "error: drl play: missing argument 'CKPT' (drl play -h for help)"),
+        (["train", "--nosuch", "x"], "error: drl train: no such option: --nosuch"),
+        (
+            ["play", "m.pt", "--episodes", "0"],
+            "error: drl play: invalid value for '--episodes': Input should be greater than or "
+            "equal to 1 (drl play -h for help)",
+        ),
+        (["trian"], "error: drl: no such command 'trian'. Did you mean 'train'?"),
+    ],
+)
+def test_a_command_line_click_refuses_is_one_line_like_drls_own(
+    monkeypatch, capsys, argv, expected
+):
+    """The console script (``main``) prints click's usage errors as drl prints its own: one
+    line on stderr, exit 2, not click's boxed usage."""
+    from drlcli.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["drl", *argv])
+    monkeypatch.setenv("COLUMNS", "300")
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    assert exit_info.value.code == 2
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(expected), captured.err
+    assert "╭" not in captured.err and "Traceback" not in captured.err
+
+
+def test_main_exits_0_on_help_and_2_with_the_help_on_no_arguments(monkeypatch, capsys):
+    from drlcli.cli import main
+
+    for argv, code in ((["--help"], 0), ([], 2), (["--version"], 0)):
+        monkeypatch.setattr(sys, "argv", ["drl", *argv])
+        with pytest.raises(SystemExit) as exit_info:
+            main()
+        assert exit_info.value.code == code, argv
+        captured = capsys.readouterr()
+        assert ("Usage: drl" in captured.out + captured.err) == (argv != ["--version"])
