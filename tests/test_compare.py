@@ -255,6 +255,16 @@ def test_a_run_without_its_checkpoint_counts_its_final_evaluation_record(tmp_pat
         ),
         (
             lambda root: [
+                record_path(write_run(root, f"x_seed{seed}", [(10, 1.0)])).write_text(
+                    '{"env_id": "Hopper-v5", "seed": 0, "return_mean": NaN, "env_steps": 10}'
+                )
+                for seed in (0, 1)
+            ],
+            "run x_seed0's final evaluation return is nan (final evaluation), which no "
+            "statistic can use",
+        ),
+        (
+            lambda root: [
                 write_run(root, f"x_seed{seed}", [(10, 1.0)]).write_text("round,env_steps\n1,x\n")
                 for seed in (0, 1)
             ],

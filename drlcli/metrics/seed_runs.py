@@ -160,7 +160,13 @@ def _read_run(run: Run) -> SeedRun:
         source = FINAL_EVALUATION
     if final is None and returns:
         final, final_steps = returns[-1], steps[-1]
-    if final is None or not math.isfinite(final):
+    if final is not None and not math.isfinite(final):
+        raise UsageError(
+            f"{run.csv_path}: run {run.name}'s final evaluation return is {final} ({source}), "
+            "which no statistic can use: its task's rewards were not finite, or its files are "
+            "damaged; leave the run out"
+        )
+    if final is None:
         raise UsageError(
             f"{run.csv_path}: run {run.name} has no deterministic evaluation (none in its "
             "checkpoint, no eval_return_mean in its CSV): train it with an evaluation section"
