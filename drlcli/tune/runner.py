@@ -23,6 +23,7 @@ from drlcli.algos.registry import get_algorithm
 from drlcli.config import config_from_dict, read_yaml_mapping
 from drlcli.errors import ConfigError, SearchInterrupted, TrainingError, UsageError
 from drlcli.metrics.runs import SEARCH_FILE
+from drlcli.run_names import seeded_name
 from drlcli.seed_statistics import Interval, bootstrap_interval, interquartile_mean
 from drlcli.topology import topology_for_config
 from drlcli.tune.search import (
@@ -487,7 +488,7 @@ def _trial_name(trial: Any, first: int) -> str:
 
 
 def _retrain_name(trial: Any) -> str:
-    return f"{trial.config['candidate']['trial']}_seed{trial.config['seed']}"
+    return seeded_name(trial.config["candidate"]["trial"], trial.config["seed"])
 
 
 def _retrain_trial(params: dict[str, Any], plan: TrialPlan, experiment_folder: Path) -> None:

@@ -26,7 +26,7 @@ from pathlib import Path
 from rich.console import Console
 
 from drlcli.checkpoints.policy import load_play_actor
-from drlcli.config import load_config
+from drlcli.config import load_config, with_seed
 from drlcli.evaluation import run_episodes
 from drlcli.runtime.training import train
 from drlcli.seed_statistics import bootstrap_interval, interquartile_mean
@@ -45,16 +45,14 @@ def main() -> None:
     output_root = args.output_dir or Path(tempfile.mkdtemp(prefix="drl-bench-"))
     console = Console()
     rows = []
+    base = dataclasses.replace(
+        base,
+        total_env_steps=args.steps or base.total_env_steps,
+        output_dir=str(output_root),
+        metrics_path=str(output_root / f"metrics_{base.name}.csv"),
+    )
     for seed in args.seeds:
-        name = f"{base.name}_seed{seed}"
-        config = dataclasses.replace(
-            base,
-            name=name,
-            env=dataclasses.replace(base.env, seed=seed),
-            total_env_steps=args.steps or base.total_env_steps,
-            output_dir=str(output_root),
-            metrics_path=str(output_root / f"metrics_{name}.csv"),
-        )
+        config = with_seed(base, seed)  # drl train --seed's: env.seed, <name>_seed<N>
         started = time.perf_counter()
         summary = train(config, quiet=True, console=Console(quiet=True))
         wall = time.perf_counter() - started
