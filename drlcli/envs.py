@@ -9,6 +9,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -85,6 +86,14 @@ def make_env(
         ) from error
     except Exception as error:  # whatever the task's package raises: one line, never a traceback
         reason = f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
+        missing = _missing_relative_path(error, kwargs)
+        if missing is not None:
+            key, value = missing
+            raise EnvironmentSpecError(
+                f"env.kwargs.{key}: {value}: no such file from {Path.cwd()} (a relative path "
+                "is read from the folder drl runs in); run drl from the folder the config was "
+                "written for, or give the config an absolute path"
+            ) from error
         if _rejects_kwargs(error, kwargs):
             raise EnvironmentSpecError(
                 f"env.kwargs: {env_id} does not accept {kwargs}: {reason}"
@@ -102,6 +111,20 @@ def make_env(
         env.close()
         raise
     return env
+
+
+def _missing_relative_path(error: Exception, kwargs: dict[str, Any]) -> tuple[str, str] | None:
+    """The kwarg whose relative path names no file from here, where ``error`` names it (a
+    checkpoint played from another folder than the one it trained in); None otherwise."""
+    for key, value in kwargs.items():
+        if (
+            isinstance(value, str)
+            and value in str(error)
+            and not Path(value).is_absolute()
+            and not Path(value).exists()
+        ):
+            return str(key), value
+    return None
 
 
 def _rejects_kwargs(error: Exception, kwargs: dict[str, Any]) -> bool:

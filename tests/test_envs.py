@@ -28,6 +28,21 @@ def test_env_kwargs_reach_gymnasium_and_bad_ones_are_an_env_error():
         make_env("Hopper-v5", xml_file="/no/such/robot.xml")
 
 
+def test_a_relative_model_path_that_names_no_file_from_here_says_where_it_was_read(
+    tmp_path, monkeypatch
+):
+    """A checkpoint trained with ``xml_file: ./robot.xml`` and played from another folder: the
+    line says the path is relative and from where it was read, not that the task refuses it."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(EnvironmentSpecError) as refused:
+        make_env("Hopper-v5", xml_file="./robots/hopper.xml")
+    assert str(refused.value) == (
+        f"env.kwargs.xml_file: ./robots/hopper.xml: no such file from {tmp_path} (a relative "
+        "path is read from the folder drl runs in); run drl from the folder the config was "
+        "written for, or give the config an absolute path"
+    )
+
+
 def test_env_batch_resets_finished_episodes_in_the_same_step():
     batch = EnvBatch("InvertedPendulum-v5", num_envs=2, seed=0, max_episode_steps=5)
     reward_sums = np.zeros(2)
