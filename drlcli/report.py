@@ -109,6 +109,11 @@ def render_audit(report: Any, console: Console) -> None:
             check.name, f"[{styles[check.status]}]{check.status}[/]", escape(check.detail)
         )
     console.print(table)
+    if report.run:
+        run = report.run
+        console.print(
+            escape(f"run: {run['name']} on {run['task']}, env.seed {run['seed']}"), highlight=False
+        )
     if report.training:
         settings = ", ".join(f"{name} {value}" for name, value in report.training.items())
         console.print(escape(f"trained with: {settings}"), highlight=False)

@@ -291,3 +291,24 @@ def test_verify_records_how_a_ppo_checkpoint_was_trained(checkpoint_file):
         "policy_last_layer_scale 1.0, rpo_alpha 0.5, recompute_advantages_per_epoch False"
     ) in shown
     assert audit_checkpoint(checkpoint_file()).training["rpo_alpha"] is None
+
+
+def test_verify_names_the_run_its_task_and_seed(checkpoint_file):
+    """Seeds of one config differ by name and env.seed alone: verify says which run wrote the
+    file, in the JSON and under the table."""
+
+    def seeded(payload):
+        payload["config"]["name"] = "hopper_seed7"
+        payload["config"]["env"]["seed"] = 7
+
+    path = checkpoint_file(seeded)
+    report = json.loads(runner.invoke(app, ["verify", "--json", str(path)]).output)
+    task = report["run"]["task"]
+    assert report["run"] == {"name": "hopper_seed7", "task": task, "seed": 7} and task
+    shown = runner.invoke(app, ["verify", str(path)], env={"COLUMNS": "200"}).output
+    assert f"run: hopper_seed7 on {task}, env.seed 7" in shown
+
+    def without_config(payload):
+        payload["config"] = "damaged"
+
+    assert audit_checkpoint(checkpoint_file(without_config, name="damaged.pt")).run is None

@@ -24,6 +24,9 @@ class AuditReport:
     # The algorithm's audited params as the checkpoint's config holds them (PPO's
     # stabilisers), None where the algorithm records none or the config is unreadable.
     training: dict | None = None
+    # Which run wrote it: its name, task and env.seed as its stored config holds them (seeds of
+    # one config differ by these alone), None where the config is unreadable.
+    run: dict | None = None
 
     @property
     def failed(self) -> bool:
@@ -47,6 +50,7 @@ class AuditReport:
                 "actor_semantics": self.actor_semantics,
                 "recurrent": self.recurrent,
                 "training": self.training,
+                "run": self.run,
                 "checks": [asdict(check) for check in self.checks],
             },
             indent=2,
@@ -66,7 +70,21 @@ def audit_checkpoint(path: str | Path, payload: dict | None = None) -> AuditRepo
         _plain(semantics) if isinstance(semantics, dict) else None,
         _recurrent(payload.get("actor")),
         _training(payload),
+        _run(payload),
     )
+
+
+def _run(payload: dict) -> dict | None:
+    """``{name, task, seed}`` of the run, from the checkpoint's stored config."""
+    config = payload.get("config")
+    env = config.get("env") if isinstance(config, dict) else None
+    if not isinstance(env, dict):
+        return None
+    return {
+        "name": _plain(config.get("name")),
+        "task": _plain(env.get("id")),
+        "seed": _plain(env.get("seed", 0)),
+    }
 
 
 def _training(payload: dict) -> dict | None:
