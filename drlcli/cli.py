@@ -62,6 +62,23 @@ AddressOption = Annotated[
     ),
 ]
 
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        metavar="KEY=VALUE",
+        help="Set a config key for this run (dotted, the value as YAML; repeat for more), "
+        "e.g. --set algo_params.learning_rate=1e-3.",
+    ),
+]
+
+
+def _overrides(items: list[str] | None) -> dict[str, Any]:
+    """``--set`` items as dotted config keys and their YAML values (``parse_override``)."""
+    from drlcli.config import parse_override
+
+    return dict(parse_override(item) for item in items or [])
+
 
 def _consent_option(flag: str, what: str) -> Any:
     """A repeatable ``--allow-...`` option (play, export): consent to import a module a
@@ -159,15 +176,7 @@ def train(
         ),
     ] = False,
     address: AddressOption = None,
-    overrides: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--set",
-            metavar="KEY=VALUE",
-            help="Set a config key for this run (dotted, the value as YAML; repeat for more), "
-            "e.g. --set algo_params.learning_rate=1e-3.",
-        ),
-    ] = None,
+    overrides: SetOption = None,
     seed: Annotated[
         int | None,
         typer.Option(
@@ -235,17 +244,10 @@ def train(
     def body() -> None:
         import dataclasses
 
-        from drlcli.config import (
-            MlflowConfig,
-            WandbConfig,
-            load_config,
-            parse_override,
-            with_seed,
-        )
+        from drlcli.config import MlflowConfig, WandbConfig, load_config, with_seed
         from drlcli.report import render_dry_run
 
-        values = dict(parse_override(item) for item in overrides or [])
-        config = load_config(_config_or_preset(config_path), values)
+        config = load_config(_config_or_preset(config_path), _overrides(overrides))
         if seed is not None:
             config = with_seed(config, seed)
             _check_resumed_seed(resume, seed, config.checkpoint_path)
@@ -714,6 +716,7 @@ def tune(
     trials: Annotated[
         int | None, typer.Option("--trials", min=1, help="Trials (overrides search.trials).")
     ] = None,
+    overrides: SetOption = None,
     dry_run: Annotated[
         bool,
         typer.Option("--dry-run", help="Check CONFIG and SPACE, print the plan; start nothing."),
@@ -741,7 +744,9 @@ def tune(
         from drlcli.report import render_search_plan
         from drlcli.tune.runner import prepare_search, require_tune, search_folder
 
-        plan = prepare_search(_config_or_preset(config_path), space_path, trials)
+        plan = prepare_search(
+            _config_or_preset(config_path), space_path, trials, _overrides(overrides)
+        )
         folder = output or search_folder(plan)
         if dry_run:
             render_search_plan(plan, folder, stdout)
@@ -754,13 +759,14 @@ def tune(
         try:
             summary = run_search(plan, folder, resume=resume, address=address, quiet=quiet)
         except SearchInterrupted as stopped:
-            again = ["drl tune", str(config_path), str(space_path), "--resume"]
+            again = ["drl", "tune", str(config_path), str(space_path), "--resume"]
+            again += [f"--set={item}" for item in overrides or []]
             if output is not None:
                 again += ["--output", str(output)]
             if trials is not None:
                 again += ["--trials", str(trials)]
             stderr.print(
-                escape(f"{stopped}; continue with: {' '.join(again)}"),
+                escape(f"{stopped}; continue with: {shlex.join(again)}"),
                 highlight=False,
                 soft_wrap=True,
             )

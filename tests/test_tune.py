@@ -275,6 +275,23 @@ def test_dry_run_prints_the_plan_and_starts_nothing(files, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_set_changes_the_base_config_of_every_trial(files, tmp_path):
+    """``drl tune --set``: keys set over the config before the plan (the trials' seeds follow
+    the new env.seed, the folder its name); a wrong key is one line naming the --set."""
+    from drlcli.tune.runner import prepare_search
+
+    config, space = files
+    plan = prepare_search(config, space, overrides={"env.seed": 40, "name": "smaller"})
+    assert plan.trial_seeds == (40,) and plan.base["name"] == "smaller"
+    trial = plan.trial_config({}, tmp_path / "search_smaller" / "trials" / "trial_001", 40)
+    assert trial.env.seed == 40
+    result = runner.invoke(app, ["tune", str(config), str(space), "--set", "gama=0.9", "--dry-run"])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        f"error: {config} with --set gama: gama: unknown key; did you mean 'gamma'?"
+    ]
+
+
 def test_bad_files_are_one_line_errors_before_any_trial(files, tmp_path):
     config, space = files
     space.write_text("space:\n  algo_params.learning_rate: {uniform: [0.01, 0.001]}\n")

@@ -20,7 +20,7 @@ import yaml
 
 from drlcli.algos.entry_types import RoundShape
 from drlcli.algos.registry import get_algorithm
-from drlcli.config import config_from_dict, read_yaml_mapping
+from drlcli.config import config_from_dict, read_yaml_mapping, with_values
 from drlcli.errors import ConfigError, SearchInterrupted, TrainingError, UsageError
 from drlcli.metrics.runs import SEARCH_FILE
 from drlcli.run_names import seeded_name
@@ -40,13 +40,7 @@ from drlcli.tune.search import (
     write_results_csv,
 )
 from drlcli.tune.settings import parse_search_settings
-from drlcli.tune.space import (
-    checked_values,
-    parse_space,
-    read_space_file,
-    with_values,
-    without_unread,
-)
+from drlcli.tune.space import checked_values, parse_space, read_space_file, without_unread
 
 
 @dataclass(frozen=True)
@@ -113,17 +107,27 @@ def search_folder(plan: TrialPlan) -> Path:
     return Path(plan.base.get("output_dir", "output")) / f"search_{plan.base['name']}"
 
 
-def prepare_search(config_path: Path, space_path: Path, trials: int | None = None) -> TrialPlan:
-    """Read and check the config and the space file; nothing runs.
+def prepare_search(
+    config_path: Path,
+    space_path: Path,
+    trials: int | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> TrialPlan:
+    """Read and check the config (with ``overrides``' dotted keys set over it: ``drl tune
+    --set``) and the space file; nothing runs.
 
     Raises:
         ConfigError: in either file, naming the key.
     """
     base = read_yaml_mapping(Path(config_path), what="config file")
+    where = str(config_path)
+    if overrides:
+        base = with_values(base, overrides)
+        where = f"{config_path} with --set {', '.join(overrides)}"
     try:
         config = config_from_dict(base, default_name=Path(config_path).stem)
     except ConfigError as error:
-        raise ConfigError(f"{config_path}: {error}") from None
+        raise ConfigError(f"{where}: {error}") from None
     raw = read_space_file(space_path)
     try:
         dimensions = parse_space(raw["space"], base)

@@ -28,12 +28,12 @@ from typing import Any
 import yaml
 from rich.console import Console
 
-from drlcli.config import Config, config_from_dict
+from drlcli.config import Config, config_from_dict, with_values
 from drlcli.errors import TrainingError
 from drlcli.seed_statistics import aggregate
 from drlcli.topology import AvailableDevices
 from drlcli.tune.settings import SearchSettings, search_seeds
-from drlcli.tune.space import Dimension, with_values, without_unread
+from drlcli.tune.space import Dimension, without_unread
 
 TRIAL_DEVICES = AvailableDevices(cuda_devices=0, mps=False)
 """Trials train on CPU: what every trial's topology is resolved for."""
