@@ -250,7 +250,8 @@ def train(
         config = load_config(_config_or_preset(config_path), _overrides(overrides))
         if seed is not None:
             config = with_seed(config, seed)
-            _check_resumed_seed(resume, seed, config.checkpoint_path)
+        if resume is not None:
+            _check_resume_target(resume, config, seed)
         sinks: dict[str, Any] = {}  # the options win over the config's logging section
         if tensorboard is not None:
             sinks["tensorboard"] = str(tensorboard)
@@ -318,22 +319,32 @@ def resume_command(
     return shlex.join([*again, "--resume", str(checkpoint)])
 
 
-def _check_resumed_seed(resume: Path | None, seed: int, own_checkpoint: Path) -> None:
-    """``--seed N --resume CKPT`` continues seed N's run: a checkpoint of another seed is
-    refused (an unreadable one is left to the resume's own checks).
+def _check_resume_target(resume: Path, config: Any, seed: int | None) -> None:
+    """``--resume CKPT`` continues the run that wrote CKPT, into the files the config names: a
+    checkpoint of another seed than ``--seed`` is refused, and so is one of another run where
+    the config's files already hold a run (its checkpoint would be replaced and its metrics
+    appended to). An unreadable checkpoint is left to the resume's own checks.
 
     Raises:
-        UsageError: naming the checkpoint's seed and the two ways on.
+        UsageError: naming the checkpoint's run and the ways on.
     """
-    if resume is None:
-        return
-    stored = _checkpoint_config(resume)
-    if stored is not None and stored.env.seed != seed:
-        from drlcli.errors import UsageError
+    from drlcli.errors import UsageError
 
+    stored = _checkpoint_config(resume)
+    if stored is None:
+        return
+    if seed is not None and stored.env.seed != seed:
         raise UsageError(
             f"--seed {seed}: {resume} trained on seed {stored.env.seed}; continue it with "
-            f"--seed {stored.env.seed}, or resume seed {seed}'s own run ({own_checkpoint})"
+            f"--seed {stored.env.seed}, or resume seed {seed}'s own run ({config.checkpoint_path})"
+        )
+    taken = [path for path in (config.checkpoint_path, Path(config.metrics_path)) if path.exists()]
+    if stored.name != config.name and taken:
+        raise UsageError(
+            f"--resume {resume}: it is run {stored.name}'s checkpoint, and this config names run "
+            f"{config.name}, whose files it would write over ({', '.join(map(str, taken))}); "
+            f"resume with the name it trained under (set name: {stored.name}, or --seed if it "
+            "was one), or give the continued run a new name (--set name=...)"
         )
 
 

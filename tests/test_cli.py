@@ -343,3 +343,34 @@ def test_main_exits_0_on_help_and_2_with_the_help_on_no_arguments(monkeypatch, c
         assert exit_info.value.code == code, argv
         captured = capsys.readouterr()
         assert ("Usage: drl" in captured.out + captured.err) == (argv != ["--version"])
+
+
+def test_resume_refuses_to_write_another_runs_checkpoint_over_this_configs_run(
+    tmp_path, checkpoint_file
+):
+    """``--resume`` of run A's checkpoint with a config naming run B, whose files exist, would
+    replace B's checkpoint and append A's rows to B's metrics: refused in one line, B's files
+    untouched. Into a name with no files yet (a branch of A) it goes on."""
+
+    def named(payload):
+        payload["config"]["name"] = "walker_seed4"
+
+    checkpoint = checkpoint_file(named)
+    output = tmp_path / "out"
+    output.mkdir()
+    metrics = output / "metrics_walker.csv"
+    metrics.write_text("round,env_steps\n1,100\n")
+    config = tmp_path / "walker.yaml"
+    config.write_text(f"name: walker\noutput_dir: {output}\n")
+    result = runner.invoke(app, ["train", str(config), "--resume", str(checkpoint), "--dry-run"])
+    assert result.exit_code == 2
+    line = " ".join(result.output.split())
+    assert (
+        f"error: --resume {checkpoint}: it is run walker_seed4's checkpoint, and this config "
+        f"names run walker, whose files it would write over ({metrics}); resume with the name "
+        "it trained under (set name: walker_seed4, or --seed if it was one)"
+    ) in line
+    assert metrics.read_text() == "round,env_steps\n1,100\n"
+    config.write_text(f"name: walker_branch\noutput_dir: {output}\n")
+    result = runner.invoke(app, ["train", str(config), "--resume", str(checkpoint), "--dry-run"])
+    assert result.exit_code == 0, result.output
