@@ -273,6 +273,11 @@ class Config:
     """Hyper-parameters of ``algo``: an instance of its registry entry's ``params_type``."""
 
     @property
+    def default_metrics_path(self) -> str:
+        """``<output_dir>/metrics_<name>.csv``: ``metrics_path`` where the config sets none."""
+        return str(Path(self.output_dir) / f"metrics_{self.name}.csv")
+
+    @property
     def checkpoint_path(self) -> Path:
         """``<output_dir>/model_<name>.pt``: the latest parameters."""
         return Path(self.output_dir) / f"model_{self.name}.pt"
@@ -338,6 +343,18 @@ def load_config(path: str | Path, overrides: Mapping[str, Any] | None = None) ->
         ConfigError: missing/empty/unreadable file, YAML syntax error, a top level that is not a
             mapping, an unknown key, a wrong type, a value out of range, an unknown algorithm.
     """
+    return read_config(path, overrides)[1]
+
+
+def read_config(
+    path: str | Path, overrides: Mapping[str, Any] | None = None
+) -> tuple[dict[str, Any], Config]:
+    """``load_config``'s plain mapping (the file's, ``overrides`` set over it) and its
+    ``Config``: ``drl tune`` plans its trials from the mapping.
+
+    Raises:
+        ConfigError: as ``load_config``, prefixed ``PATH with --set KEY, ...`` under overrides.
+    """
     path = Path(path)
     raw = read_yaml_mapping(path, what="config file")
     where = str(path)
@@ -345,7 +362,7 @@ def load_config(path: str | Path, overrides: Mapping[str, Any] | None = None) ->
         raw = with_values(raw, overrides)
         where = f"{path} with --set {', '.join(overrides)}"
     try:
-        return config_from_dict(raw, default_name=path.stem)
+        return raw, config_from_dict(raw, default_name=path.stem)
     except ConfigError as error:
         raise ConfigError(f"{where}: {error}") from error
 
@@ -456,8 +473,8 @@ def config_from_dict(
         raise ConfigError(
             f"name: {name!r} cannot name output files; use letters, digits, '_', '-' or '.'"
         )
-    metrics_path = config.metrics_path or str(Path(config.output_dir) / f"metrics_{name}.csv")
-    return dataclasses.replace(config, name=name, metrics_path=metrics_path)
+    named = dataclasses.replace(config, name=name)
+    return dataclasses.replace(named, metrics_path=named.metrics_path or named.default_metrics_path)
 
 
 def with_seed(config: Config, seed: int) -> Config:
@@ -470,20 +487,14 @@ def with_seed(config: Config, seed: int) -> Config:
     """
     if not 0 <= seed <= SEED_MAX:
         raise ConfigError(f"--seed: {seed} is outside [0, {SEED_MAX}]")
-    name = seeded_name(config.name, seed)
-    metrics_path = Path(config.metrics_path)
-    if metrics_path == Path(config.output_dir) / f"metrics_{config.name}.csv":
-        metrics_path = Path(config.output_dir) / f"metrics_{name}.csv"
-    else:
-        metrics_path = metrics_path.with_name(
-            seeded_name(metrics_path.stem, seed) + metrics_path.suffix
-        )
-    return dataclasses.replace(
-        config,
-        name=name,
-        env=dataclasses.replace(config.env, seed=seed),
-        metrics_path=str(metrics_path),
+    seeded = dataclasses.replace(
+        config, name=seeded_name(config.name, seed), env=dataclasses.replace(config.env, seed=seed)
     )
+    if config.metrics_path == config.default_metrics_path:
+        return dataclasses.replace(seeded, metrics_path=seeded.default_metrics_path)
+    own = Path(config.metrics_path)
+    own = own.with_name(seeded_name(own.stem, seed) + own.suffix)
+    return dataclasses.replace(seeded, metrics_path=str(own))
 
 
 def _check_recurrent_algorithm(algorithm: Any, algo_params: Any) -> None:

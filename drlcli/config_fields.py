@@ -65,6 +65,15 @@ def unread_settings(params: Any) -> list[tuple[str, str, Any]]:
     ]
 
 
+def with_unread_at_defaults(params: Any) -> Any:
+    """``params`` with each setting the others leave unread (``unread_settings``) back at its
+    default: what a config without those settings gives."""
+    defaults = {spec.name: spec.default for spec in dataclasses.fields(params)}
+    return dataclasses.replace(
+        params, **{name: defaults[name] for name, _, _ in unread_settings(params)}
+    )
+
+
 def refuse_unread(params: Any) -> None:
     """Training would ignore a setting that nothing reads, in silence: refuse the first.
 

@@ -20,7 +20,7 @@ import yaml
 
 from drlcli.algos.entry_types import RoundShape
 from drlcli.algos.registry import get_algorithm
-from drlcli.config import config_from_dict, read_yaml_mapping, with_values
+from drlcli.config import config_from_dict, read_config, with_values
 from drlcli.errors import ConfigError, SearchInterrupted, TrainingError, UsageError
 from drlcli.metrics.runs import SEARCH_FILE
 from drlcli.run_names import seeded_name
@@ -119,15 +119,7 @@ def prepare_search(
     Raises:
         ConfigError: in either file, naming the key.
     """
-    base = read_yaml_mapping(Path(config_path), what="config file")
-    where = str(config_path)
-    if overrides:
-        base = with_values(base, overrides)
-        where = f"{config_path} with --set {', '.join(overrides)}"
-    try:
-        config = config_from_dict(base, default_name=Path(config_path).stem)
-    except ConfigError as error:
-        raise ConfigError(f"{where}: {error}") from None
+    base, config = read_config(config_path, overrides)
     raw = read_space_file(space_path)
     try:
         dimensions = parse_space(raw["space"], base)

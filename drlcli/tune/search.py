@@ -11,6 +11,7 @@ evaluation, which is where ASHA may stop them.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import functools
 import json
 import math
@@ -29,11 +30,12 @@ import yaml
 from rich.console import Console
 
 from drlcli.config import Config, config_from_dict, with_values
+from drlcli.config_fields import with_unread_at_defaults
 from drlcli.errors import TrainingError
 from drlcli.seed_statistics import aggregate
 from drlcli.topology import AvailableDevices
 from drlcli.tune.settings import SearchSettings, search_seeds
-from drlcli.tune.space import Dimension, without_unread
+from drlcli.tune.space import Dimension
 
 TRIAL_DEVICES = AvailableDevices(cuda_devices=0, mps=False)
 """Trials train on CPU: what every trial's topology is resolved for."""
@@ -70,7 +72,7 @@ class TrialPlan:
     ) -> Config:
         """The config of one trial's run on ``seed``: the searched ``values`` set, writing into
         the trial's ``folder`` (``folder / part`` for one of several seeds)."""
-        raw = without_unread(with_values(self.base, values))
+        raw = with_values(self.base, values)
         raw.pop("metrics_path", None)
         raw.update(
             name="trial",
@@ -82,7 +84,9 @@ class TrialPlan:
         # In TensorBoard, W&B and MLflow: <search>/<trial>[/seed_<n>], not the config's name.
         run_name = f"{folder.parent.parent.name}/{folder.name}" + (f"/{part}" if part else "")
         raw["logging"] = {**(raw.get("logging") or {}), "run_name": run_name}
-        return config_from_dict(raw)
+        # A trial leaves out what it does not read (desired_kl in an anneal trial, say).
+        config = config_from_dict(raw, refuse_unread_settings=False)
+        return dataclasses.replace(config, algo_params=with_unread_at_defaults(config.algo_params))
 
 
 def plan_trials(

@@ -46,11 +46,9 @@ def main() -> None:
     console = Console()
     rows = []
     base = dataclasses.replace(
-        base,
-        total_env_steps=args.steps or base.total_env_steps,
-        output_dir=str(output_root),
-        metrics_path=str(output_root / f"metrics_{base.name}.csv"),
+        base, total_env_steps=args.steps or base.total_env_steps, output_dir=str(output_root)
     )
+    base = dataclasses.replace(base, metrics_path=base.default_metrics_path)
     for seed in args.seeds:
         config = with_seed(base, seed)  # drl train --seed's: env.seed, <name>_seed<N>
         started = time.perf_counter()

@@ -104,6 +104,9 @@ def core_state(stored: torch.Tensor) -> torch.Tensor:
     return stored.movedim(0, -2).contiguous()
 
 
+CHUNK_STATES = ("policy_state", "value_state")
+
+
 def sequence_steps(chunks: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Chunked columns ``[C, L, ...]`` as the cores read them: time-major ``[L', C, ...]``,
     cut after the longest chunk's last real step (padding that no chunk of these needs is not
@@ -115,9 +118,6 @@ def sequence_steps(chunks: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         name: column if name in CHUNK_STATES else time_major(name, column[:, :length])
         for name, column in chunks.items()
     }
-
-
-CHUNK_STATES = ("policy_state", "value_state")
 
 
 def time_major(name: str, column: torch.Tensor) -> torch.Tensor:
