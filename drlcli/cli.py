@@ -338,6 +338,8 @@ def _check_resume_target(resume: Path, config: Any, seed: int | None) -> None:
             f"--seed {seed}: {resume} trained on seed {stored.env.seed}; continue it with "
             f"--seed {stored.env.seed}, or resume seed {seed}'s own run ({config.checkpoint_path})"
         )
+    if resume.resolve() == config.checkpoint_path.resolve():
+        return  # the config's own checkpoint (a run's files copied under a new name, say)
     taken = [path for path in (config.checkpoint_path, Path(config.metrics_path)) if path.exists()]
     if stored.name != config.name and taken:
         raise UsageError(

@@ -374,3 +374,9 @@ def test_resume_refuses_to_write_another_runs_checkpoint_over_this_configs_run(
     config.write_text(f"name: walker_branch\noutput_dir: {output}\n")
     result = runner.invoke(app, ["train", str(config), "--resume", str(checkpoint), "--dry-run"])
     assert result.exit_code == 0, result.output
+    # A's files copied under B's names: B's checkpoint is the one resumed, nothing else's.
+    copied = output / "model_walker.pt"
+    copied.write_bytes(checkpoint.read_bytes())
+    config.write_text(f"name: walker\noutput_dir: {output}\n")
+    result = runner.invoke(app, ["train", str(config), "--resume", str(copied), "--dry-run"])
+    assert result.exit_code == 0, result.output
